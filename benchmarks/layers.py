@@ -1,0 +1,38 @@
+"""Single-layer cases: stock XNNPACK deconvolution vs phaseconv vs the convolution alone (the limit)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LayerCase:
+    name: str
+    module: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    limit: nn.Module | None  # the stride-1 convolution with the rewrite's multiply-adds
+
+
+def deconv_case(
+    name: str, spatial: int, c_in: int, c_out: int, kernel: int, stride: int, padding: int, size
+) -> LayerCase:
+    """ConvTranspose{1,2}d and, as its limit, Conv{1,2}d(c_in, s^D * c_out, m = ceil(k/s), padding m - 1)."""
+    torch.manual_seed(0)
+    deconv = (nn.ConvTranspose1d, nn.ConvTranspose2d)[spatial - 1](c_in, c_out, kernel, stride, padding)
+    taps = math.ceil(kernel / stride)
+    limit = (nn.Conv1d, nn.Conv2d)[spatial - 1](c_in, stride**spatial * c_out, taps, padding=taps - 1)
+    return LayerCase(name, deconv.eval(), (torch.randn(1, c_in, *size),), limit.eval())
+
+
+def layer_cases() -> list[LayerCase]:
+    cases = []
+    for c_in, kernel, stride in ((512, 16, 8), (256, 12, 6), (128, 10, 5), (64, 8, 4)):
+        for steps in (1, 25):
+            name = f"1d {c_in}->{c_in // 2} k{kernel} s{stride} T={steps}"
+            cases.append(deconv_case(name, 1, c_in, c_in // 2, kernel, stride, 0, (steps,)))
+    cases.append(deconv_case("2d 128->64 k4 s2 p1 64x64", 2, 128, 64, 4, 2, 1, (64, 64)))
+    return cases

@@ -1,0 +1,65 @@
+"""Stock vs phaseconv on one model: lower both to XNNPACK, run both through the runtime, compare."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.export import ExportedProgram
+
+from phaseconv.report import Decision
+from phaseconv.rewrite import rewrite_with_report
+from phaseconv.runtimes.executorch import DelegationSummary, LoadedProgram, delegation_summary, to_xnnpack
+from phaseconv.runtimes.timing import interleaved_times, median_ms
+
+
+@dataclass
+class Variant:
+    """One lowered program of a model: its summary, its runtime error against eager, its times."""
+
+    name: str
+    summary: DelegationSummary
+    program: LoadedProgram
+    max_abs_error: float = float("nan")
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def median_ms(self) -> float:
+        return median_ms(self.times)
+
+
+@dataclass
+class Comparison:
+    decisions: list[Decision]
+    reference: list[torch.Tensor]
+    variants: dict[str, Variant]
+
+    def speedup(self) -> float:
+        return self.variants["stock"].median_ms / self.variants["phaseconv"].median_ms
+
+
+def _flat(outputs) -> list[torch.Tensor]:
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    return [t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)]
+
+
+def lower_stock_and_rewritten(ep: ExportedProgram, inputs: tuple[torch.Tensor, ...]) -> Comparison:
+    """Lower `ep` as it is and after phaseconv.rewrite; run each once through the runtime."""
+    with torch.no_grad():
+        reference = _flat(ep.module()(*inputs))
+    rewritten, decisions = rewrite_with_report(ep)
+    variants = {}
+    for name, program in (("stock", ep), ("phaseconv", rewritten)):
+        manager = to_xnnpack(program)
+        variant = Variant(name, delegation_summary(manager), LoadedProgram(manager.buffer))
+        outputs = variant.program.run(inputs)
+        variant.max_abs_error = max(float((o - r).abs().max()) for o, r in zip(outputs, reference, strict=True))
+        variants[name] = variant
+    return Comparison(decisions, reference, variants)
+
+
+def time_variants(comparison: Comparison, inputs: tuple[torch.Tensor, ...], runs: int, on_round=None) -> None:
+    runners = {name: (lambda v=v: v.program.run(inputs)) for name, v in comparison.variants.items()}
+    for name, samples in interleaved_times(runners, runs, on_round=on_round).items():
+        comparison.variants[name].times = samples

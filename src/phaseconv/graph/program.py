@@ -1,0 +1,165 @@
+"""Graph surgery on a torch.export.ExportedProgram: constants, new nodes, clean-up.
+
+This is the only module that touches placeholders, the graph signature, `state_dict` and
+`constants`; rules describe what to build and call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from executorch.backends.transforms.utils import create_constant_placeholder, delete_constant_placeholder
+from torch._guards import detect_fake_mode
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+from torch.fx import Node
+
+# Metadata that says where a node came from; copied onto the nodes that replace it.
+PROVENANCE_KEYS = ("nn_module_stack", "stack_trace", "source_fn_stack", "from_node", "custom")
+CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+class NotConstant(Exception):
+    """A tensor the rewrite needs as a constant is computed from something else; the message says what."""
+
+
+class ProgramEditor:
+    """Edits one ExportedProgram in place: derives constants, emits aten calls, removes dead nodes."""
+
+    def __init__(self, program: ExportedProgram):
+        self.program = program
+        self.graph = program.graph
+        self._specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
+        self._derived: dict[tuple[str, str], Node] = {}
+        self._touched: set[Node] = set()
+        self._fake_mode = detect_fake_mode([n.meta["val"] for n in self.graph.nodes if "val" in n.meta])
+
+    # ---- constants -------------------------------------------------------------------------
+    def kind(self, node: Node) -> InputKind | None:
+        spec = self._specs.get(node.name) if node.op == "placeholder" else None
+        return spec.kind if spec is not None else None
+
+    def constant_value(self, node: Node) -> torch.Tensor:
+        """The value of `node` if it depends only on parameters, buffers and constants.
+
+        A weight computed in the graph (weight_norm's g * v / ||v||) is evaluated here once, which
+        is the constant folding the backend would otherwise never do.
+        """
+        with torch.no_grad():
+            return self._evaluate(node, {})
+
+    def _evaluate(self, node: Node, memo: dict[Node, Any]) -> Any:
+        if node in memo:
+            return memo[node]
+        if node.op == "placeholder":
+            value = self._placeholder_value(node)
+        elif node.op == "call_function":
+            if "dequantize" in str(node.target):
+                raise NotConstant(f"it is dequantized by {node.name} (quantized weights are not rewritten)")
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self._evaluate(n, memo))
+            value = node.target(*args, **kwargs)
+        elif node.op == "get_attr":
+            value = getattr(self.program.graph_module, node.target)
+        else:
+            raise NotConstant(f"it comes from a {node.op} node {node.name}")
+        memo[node] = value
+        return value
+
+    def _placeholder_value(self, node: Node) -> torch.Tensor:
+        spec = self._specs[node.name]
+        if spec.kind not in CONSTANT_KINDS:
+            raise NotConstant(f"it depends on the program input {node.name}")
+        if spec.kind == InputKind.BUFFER and node.name in self.program.graph_signature.buffers_to_mutate:
+            raise NotConstant(f"it depends on the mutated buffer {node.name}")
+        if spec.target in self.program.state_dict:
+            return self.program.state_dict[spec.target]
+        return self.program.constants[spec.target]
+
+    def constant_source(self, node: Node) -> Node:
+        """The placeholder whose kind and metadata a constant derived from `node` inherits."""
+        if node.op == "placeholder":
+            return node
+        leaves = [n for n in _ancestors(node) if n.op == "placeholder"]
+        parameters = [n for n in leaves if self.kind(n) == InputKind.PARAMETER]
+        return (parameters or leaves)[0]
+
+    def derived_constant(self, node: Node, key: str, compute: Callable[[torch.Tensor], torch.Tensor]) -> Node:
+        """A new placeholder holding compute(value of node), of the same kind as node's source.
+
+        Cached per (node, key): a weight shared by several ops with the same settings yields one.
+        """
+        cache_key = (node.name, key)
+        if cache_key in self._derived:
+            return self._derived[cache_key]
+        source = self.constant_source(node)
+        data = compute(self.constant_value(node)).detach().clone().contiguous()
+        kind = self.kind(source)
+        target = self._specs[source.name].target
+        persistent = None
+        if kind == InputKind.BUFFER:
+            persistent = target not in self.program.graph_signature.non_persistent_buffers
+        with self.graph.inserting_before(self._first_user_input()):
+            new = create_constant_placeholder(self.program, self.graph, f"{source.name}_{key}", kind, data, persistent)
+        for meta_key, value in source.meta.items():
+            if meta_key != "val":
+                new.meta.setdefault(meta_key, value)
+        self._specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
+        self._derived[cache_key] = new
+        self._touched.update(_ancestors(node) | {node})
+        return new
+
+    def _first_user_input(self) -> Node:
+        for node in self.graph.nodes:
+            if node.op != "placeholder" or self.kind(node) not in CONSTANT_KINDS:
+                return node
+        raise AssertionError("a graph always ends with an output node")
+
+    # ---- nodes --------------------------------------------------------------------------------
+    def emit(self, anchor: Node, op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Node:
+        """Insert op(*args, **kwargs) before `anchor`, with meta['val'] from fake-tensor propagation."""
+        with self.graph.inserting_before(anchor):
+            node = self.graph.call_function(op, args, kwargs)
+        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
+        with self._fake_mode:
+            node.meta["val"] = op(*fake_args, **fake_kwargs)
+        for key in PROVENANCE_KEYS:
+            if key in anchor.meta:
+                node.meta[key] = anchor.meta[key]
+        return node
+
+    def replace(self, old: list[Node], new: Node) -> None:
+        """Route the users of old[-1] to new, then erase the chain old[-1], ..., old[0]."""
+        old[-1].replace_all_uses_with(new)
+        for spec in self.program.graph_signature.output_specs:
+            if getattr(spec.arg, "name", None) == old[-1].name:
+                spec.arg = type(spec.arg)(name=new.name)
+        for node in reversed(old):
+            self._touched.update(n for n in node.all_input_nodes)
+            self.graph.erase_node(node)
+
+    def finish(self) -> ExportedProgram:
+        """Drop computations and constants that nothing reads any more, and recompile."""
+        self.graph.eliminate_dead_code()
+        for node in list(self.graph.nodes):
+            if (
+                node in self._touched
+                and node.op == "placeholder"
+                and not node.users
+                and self.kind(node) in CONSTANT_KINDS
+            ):
+                delete_constant_placeholder(self.program, node)
+        self.program.graph_module.recompile()
+        return self.program
+
+
+def _ancestors(node: Node) -> set[Node]:
+    seen: set[Node] = set()
+    stack = list(node.all_input_nodes)
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            stack.extend(current.all_input_nodes)
+    return seen

@@ -1,0 +1,220 @@
+"""The polyphase identity for transposed convolutions, as plain tensor functions.
+
+Per spatial dimension (stride s, padding p, dilation d, kernel k, output padding op, input length L):
+
+    L_out = (L - 1)*s - 2p + d*(k - 1) + op + 1
+    z[t]  = sum over (i, kappa) with i*s + kappa*d == t of x[i] * w[kappa]      (the "full" output)
+    y[t]  = z[t + p]
+
+With the kernel dilated (k_eff = d*(k - 1) + 1 taps) and zero-padded to m*s taps, m = ceil(k_eff / s):
+
+    z[s*q + j] = sum_{u < m} x[q + u - (m - 1)] * w[s*(m - 1 - u) + j]
+
+so a stride-1 correlation with s*C_out output channels computes every phase j at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class PhaseWindow:
+    """How one spatial dimension of a transposed convolution maps onto the polyphase convolution.
+
+    The stride-1 convolution reads input samples `[input_start, input_stop)`, zero-padded by
+    `pad_before` and `pad_after`, and yields `blocks` phase blocks of `stride` outputs; after the
+    interleave, outputs `[crop_start, crop_stop)` are the requested window of the deconvolution.
+    """
+
+    stride: int
+    taps: int
+    input_start: int
+    input_stop: int
+    input_length: int
+    pad_before: int
+    pad_after: int
+    blocks: int
+    crop_start: int
+    crop_stop: int
+
+    @property
+    def interleaved_length(self) -> int:
+        return self.stride * self.blocks
+
+    @property
+    def needs_input_slice(self) -> bool:
+        return self.input_start != 0 or self.input_stop != self.input_length
+
+    @property
+    def needs_crop(self) -> bool:
+        return self.crop_start != 0 or self.crop_stop != self.interleaved_length
+
+
+def output_length(length: int, stride: int, padding: int, dilation: int, kernel: int, output_padding: int) -> int:
+    """L_out = (L - 1)*s - 2p + d*(k - 1) + op + 1."""
+    return (length - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+
+
+def phase_window(
+    length: int,
+    stride: int,
+    padding: int,
+    dilation: int,
+    kernel: int,
+    output_padding: int,
+    start: int = 0,
+    stop: int | None = None,
+) -> PhaseWindow:
+    """Plan one dimension so that exactly outputs `[start, stop)` of the deconvolution are computed.
+
+    The window covers full-output positions `[p + start, p + stop)`: phase blocks
+    `qa = (p + start) // s` to `qb = (p + stop - 1) // s`. Block q reads inputs
+    `x[q - (m - 1) .. q]`, so the convolution reads `[qa - m + 1, qb]`: what lies outside `[0, L)`
+    is zero padding (past the end, that is where output_padding > padding gives bias alone), what
+    lies inside but is not read is sliced off the input. Only the partial blocks at the two ends of
+    the window are cropped after the interleave: whole blocks of padding or trim cost nothing.
+    """
+    full = output_length(length, stride, padding, dilation, kernel, output_padding)
+    stop = full if stop is None else stop
+    if not 0 <= start < stop <= full:
+        raise ValueError(f"window [{start}, {stop}) is not inside the output of length {full}")
+    taps = math.ceil((dilation * (kernel - 1) + 1) / stride)
+    first_block = (padding + start) // stride
+    last_block = (padding + stop - 1) // stride
+    crop_start = padding + start - stride * first_block
+    return PhaseWindow(
+        stride=stride,
+        taps=taps,
+        input_start=max(0, first_block - taps + 1),
+        input_stop=min(length, last_block + 1),
+        input_length=length,
+        pad_before=max(0, taps - 1 - first_block),
+        pad_after=max(0, last_block + 1 - length),
+        blocks=last_block - first_block + 1,
+        crop_start=crop_start,
+        crop_stop=crop_start + stop - start,
+    )
+
+
+def dilate_kernel(weight: torch.Tensor, dilation: list[int]) -> torch.Tensor:
+    """Insert d - 1 zeros between the taps of every spatial dimension: k taps -> d*(k - 1) + 1."""
+    for dim, d in enumerate(dilation, start=2):
+        if d == 1:
+            continue
+        k = weight.shape[dim]
+        shape = list(weight.shape)
+        shape[dim] = d * (k - 1) + 1
+        dilated = weight.new_zeros(shape)
+        index = torch.arange(k, device=weight.device) * d
+        weight = dilated.index_copy(dim, index, weight)
+    return weight
+
+
+def phase_weight(weight: torch.Tensor, stride: list[int], dilation: list[int], groups: int) -> torch.Tensor:
+    """Transposed-convolution weight [C_in, C_out/g, k...] -> stride-1 convolution weight.
+
+    W'[(grp, j..., c), c_in, u...] = w[grp*C_in/g + c_in, c, s*(m - 1 - u) + j] per dimension:
+    output channels are ordered group-major, then phase-major (j_1, ..., j_D), then channel.
+    Result shape [g * prod(s) * C_out/g, C_in/g, m_1, ..., m_D].
+    """
+    weight = dilate_kernel(weight, dilation)
+    c_in, c_out_g = weight.shape[:2]
+    spatial = len(stride)
+    taps = [math.ceil(k / s) for k, s in zip(weight.shape[2:], stride)]
+    padding = []
+    for m, s, k in reversed(list(zip(taps, stride, weight.shape[2:]))):
+        padding += [0, m * s - k]
+    weight = F.pad(weight, padding)
+    # [g, C_in/g, C_out/g, m_1, s_1, ..., m_D, s_D]
+    split = [groups, c_in // groups, c_out_g]
+    for m, s in zip(taps, stride):
+        split += [m, s]
+    weight = weight.reshape(split).flip([3 + 2 * i for i in range(spatial)])
+    phases = [4 + 2 * i for i in range(spatial)]
+    tap_dims = [3 + 2 * i for i in range(spatial)]
+    weight = weight.permute([0, *phases, 2, 1, *tap_dims])
+    return weight.reshape(groups * math.prod(stride) * c_out_g, c_in // groups, *taps).contiguous()
+
+
+def phase_bias(bias: torch.Tensor, stride: list[int], groups: int) -> torch.Tensor:
+    """Bias [C_out] -> [g * prod(s) * C_out/g]: each group's biases repeated once per phase."""
+    per_group = bias.reshape(groups, 1, -1)
+    return per_group.expand(groups, math.prod(stride), per_group.shape[-1]).reshape(-1).contiguous()
+
+
+@dataclass(frozen=True)
+class InterleaveStep:
+    """view(view_shape) -> permute(permutation); the last step is followed by view(out_shape)."""
+
+    view_shape: tuple[int, ...]
+    permutation: tuple[int, ...]
+
+
+MAX_PERMUTE_RANK = 6  # XNNPACK's transpose operator takes at most 6 dimensions.
+
+
+def interleave_steps(lead: int, stride: list[int], channels: int, blocks: list[int]) -> list[InterleaveStep]:
+    """Depth-to-space of [lead, s_1..s_D, C, Q_1..Q_D] into [lead, C, Q_1*s_1, ..., Q_D*s_D].
+
+    `lead` is batch * groups (they stay adjacent and in order); -1 stands for a dynamic batch.
+    One permute when its rank fits XNNPACK's transpose, otherwise one 5-D permute per dimension:
+    [lead, s_i, R, Q_i, T] -> [lead, R, Q_i, s_i, T].
+    """
+    spatial = len(stride)
+    if 2 * spatial + 2 <= MAX_PERMUTE_RANK:
+        view = (lead, *stride, channels, *blocks)
+        perm = [0, spatial + 1]
+        for i in range(spatial):
+            perm += [spatial + 2 + i, 1 + i]
+        return [InterleaveStep(view, tuple(perm))]
+    steps = []
+    for i, (s, q) in enumerate(zip(stride, blocks)):
+        between = math.prod(stride[i + 1 :]) * channels * math.prod(q * s for q, s in zip(blocks[:i], stride[:i]))
+        after = math.prod(blocks[i + 1 :])
+        steps.append(InterleaveStep((lead, s, between, q, after), (0, 2, 3, 1, 4)))
+    return steps
+
+
+def interleave_phases(phases: torch.Tensor, stride: list[int], groups: int) -> torch.Tensor:
+    """[N, g*prod(s)*C/g, Q...] phase-major per group -> [N, C, Q_1*s_1, ...] (reference form)."""
+    n, c_total, *blocks = phases.shape
+    channels = c_total // (groups * math.prod(stride))
+    for step in interleave_steps(n * groups, stride, channels, blocks):
+        phases = phases.reshape(step.view_shape).permute(step.permutation)
+    return phases.reshape(n, groups * channels, *(q * s for q, s in zip(blocks, stride)))
+
+
+def conv_transpose_as_polyphase(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    output_padding: list[int],
+    groups: int,
+    dilation: list[int],
+) -> torch.Tensor:
+    """Reference: F.conv_transposeNd computed as one stride-1 convolution + interleave + crop."""
+    windows = [
+        phase_window(length, *dim)
+        for length, dim in zip(x.shape[2:], zip(stride, padding, dilation, weight.shape[2:], output_padding))
+    ]
+    for dim, w in enumerate(windows, start=2):
+        x = x.narrow(dim, w.input_start, w.input_stop - w.input_start)
+    x = F.pad(x, [pad for w in reversed(windows) for pad in (w.pad_before, w.pad_after)])
+    conv = (F.conv1d, F.conv2d, F.conv3d)[len(stride) - 1]
+    phases = conv(
+        x,
+        phase_weight(weight, stride, dilation, groups),
+        None if bias is None else phase_bias(bias, stride, groups),
+        groups=groups,
+    )
+    y = interleave_phases(phases, stride, groups)
+    for dim, w in enumerate(windows, start=2):
+        y = y.narrow(dim, w.crop_start, w.crop_stop - w.crop_start)
+    return y

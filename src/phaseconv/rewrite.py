@@ -1,0 +1,66 @@
+"""The driver: plan every rewrite on a copy of the program, then apply them all."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+from torch.export import ExportedProgram
+
+from phaseconv.graph.program import ProgramEditor
+from phaseconv.report import Decision
+from phaseconv.rules import Skip, resolve_rules
+
+
+def _require_program(ep) -> None:
+    if not isinstance(ep, ExportedProgram):
+        raise TypeError(
+            f"expected a torch.export.ExportedProgram, got {type(ep).__module__}.{type(ep).__qualname__}; "
+            "export the model first: ep = torch.export.export(model, example_inputs)"
+        )
+
+
+def _plan(editor: ProgramEditor, rules) -> tuple[list[Decision], list]:
+    decisions, plans = [], []
+    for node in list(editor.graph.nodes):
+        for rule in rules:
+            if not rule.matches(node):
+                continue
+            plan = rule.check(node, editor)
+            if isinstance(plan, Skip):
+                decisions.append(Decision(node.name, rule.name, False, plan.reason))
+                continue
+            decisions.append(Decision(node.name, rule.name, True, detail=rule.describe(plan)))
+            plans.append((rule, plan))
+            break
+    return decisions, plans
+
+
+def _copy(ep: ExportedProgram) -> ExportedProgram:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return copy.deepcopy(ep)
+
+
+def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgram, list[Decision]]:
+    """The rewritten copy of `ep` and the decision for every candidate node."""
+    _require_program(ep)
+    rules = resolve_rules(rules)
+    program = _copy(ep)
+    editor = ProgramEditor(program)
+    decisions, plans = _plan(editor, rules)
+    for rule, plan in plans:
+        rule.apply(plan, editor)
+    return editor.finish(), decisions
+
+
+def rewrite(ep: ExportedProgram, rules=None) -> ExportedProgram:
+    """A new program with every applicable rule applied; `ep` itself is not changed."""
+    return rewrite_with_report(ep, rules)[0]
+
+
+def explain(ep: ExportedProgram, rules=None) -> list[Decision]:
+    """One Decision per candidate node: which rule, applied or not, and why not."""
+    _require_program(ep)
+    editor = ProgramEditor(_copy(ep))
+    return _plan(editor, resolve_rules(rules))[0]

@@ -1,0 +1,25 @@
+"""The rule set. Each rule lives in its own module with matches / check / describe / apply."""
+
+from phaseconv.rules.base import Rule, Skip
+from phaseconv.rules.conv_transpose import ConvTransposeRule
+
+DEFAULT_RULES: tuple[Rule, ...] = (ConvTransposeRule(),)
+RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}
+
+__all__ = ["DEFAULT_RULES", "RULES_BY_NAME", "Rule", "Skip", "resolve_rules"]
+
+
+def resolve_rules(rules) -> tuple[Rule, ...]:
+    """None -> every rule; otherwise rule objects or rule names."""
+    if rules is None:
+        return DEFAULT_RULES
+    if isinstance(rules, str):
+        rules = [rules]
+    resolved = []
+    for rule in rules:
+        if isinstance(rule, str):
+            if rule not in RULES_BY_NAME:
+                raise ValueError(f"unknown rule {rule!r}; known rules: {', '.join(RULES_BY_NAME)}")
+            rule = RULES_BY_NAME[rule]
+        resolved.append(rule)
+    return tuple(resolved)

@@ -1,0 +1,247 @@
+"""Transposed convolution -> one stride-1 polyphase convolution + interleave of the phases + crop.
+
+See phaseconv.math.polyphase for the identity. The rule covers dense (groups == 1) 1-D, 2-D and
+3-D transposed convolutions in both export forms (`aten.conv_transpose{1,2,3}d` and
+`aten.convolution(..., transposed=True)`), and folds a slice that trims the output into the crop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Node
+
+from phaseconv.graph.program import NotConstant, ProgramEditor
+from phaseconv.math.polyphase import (
+    PhaseWindow,
+    interleave_steps,
+    output_length,
+    phase_bias,
+    phase_weight,
+    phase_window,
+)
+from phaseconv.rules.base import Skip
+
+aten = torch.ops.aten
+CONV_TRANSPOSE_OPS = {
+    aten.conv_transpose1d.default: 1,
+    aten.conv_transpose2d.input: 2,
+    aten.conv_transpose3d.input: 3,
+}
+# The polyphase convolution's multiply-adds over the deconvolution's, past which XNNPACK's own
+# deconvolution is faster (benchmarks/run.py, 1 thread): zero taps (kernel not a multiple of the
+# stride, dilation) and phase blocks that read only padding (a few input steps). Measured: 1.33 to
+# 1.44 gained 1.1-1.5x, 1.5 to 4 lost up to 20%.
+MAX_MAC_OVERHEAD = 1.45
+
+
+@dataclass(frozen=True)
+class ConvTranspose:
+    """The arguments of a transposed convolution node, one entry per spatial dimension."""
+
+    input: Node
+    weight: Node
+    bias: Node | None
+    stride: list[int]
+    padding: list[int]
+    output_padding: list[int]
+    groups: int
+    dilation: list[int]
+
+    @property
+    def spatial(self) -> int:
+        return len(self.stride)
+
+
+def parse_conv_transpose(node: Node) -> ConvTranspose | None:
+    """Read a node as a transposed convolution, or None if it is not one."""
+    if node.op != "call_function":
+        return None
+    if node.target in CONV_TRANSPOSE_OPS:
+        spatial = CONV_TRANSPOSE_OPS[node.target]
+        names = ["input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"]
+        defaults = [None, None, None, [1], [0], [0], 1, [1]]
+    elif node.target == aten.convolution.default and _arg(node, 6, "transposed", False):
+        spatial = node.args[1].meta["val"].dim() - 2
+        names = ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"]
+        defaults = [None] * 9
+    else:
+        return None
+    values = {name: _arg(node, i, name, default) for i, (name, default) in enumerate(zip(names, defaults))}
+
+    def per_dim(value: int | list[int]) -> list[int]:
+        value = [value] if isinstance(value, int) else list(value)
+        return value * spatial if len(value) == 1 else value
+
+    return ConvTranspose(
+        input=values["input"],
+        weight=values["weight"],
+        bias=values["bias"],
+        stride=per_dim(values["stride"]),
+        padding=per_dim(values["padding"]),
+        output_padding=per_dim(values["output_padding"]),
+        groups=values["groups"],
+        dilation=per_dim(values["dilation"]),
+    )
+
+
+def _arg(node: Node, index: int, name: str, default):
+    if index < len(node.args):
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+@dataclass(frozen=True)
+class PolyphasePlan:
+    node: Node
+    conv: ConvTranspose
+    folded_slices: list[Node]
+    windows: list[PhaseWindow]
+    out_channels: int
+    mac_overhead: float
+
+
+class ConvTransposeRule:
+    """Dense transposed convolution -> polyphase convolution + interleave + crop."""
+
+    name = "conv_transpose"
+
+    def __init__(self, max_mac_overhead: float = MAX_MAC_OVERHEAD):
+        self.max_mac_overhead = max_mac_overhead
+
+    def matches(self, node: Node) -> bool:
+        return parse_conv_transpose(node) is not None
+
+    def check(self, node: Node, editor: ProgramEditor) -> PolyphasePlan | Skip:
+        conv = parse_conv_transpose(node)
+        if conv.groups != 1:
+            return Skip(f"groups={conv.groups}: grouped transposed convolutions are not rewritten yet")
+        if all(s == 1 for s in conv.stride):
+            return Skip("stride 1 in every dimension: already a plain convolution, nothing to gain")
+        x = conv.input.meta["val"]
+        if x.dim() != conv.spatial + 2:
+            return Skip(f"unbatched input of rank {x.dim()}: expected [N, C, spatial...]")
+        lengths = list(x.shape[2:])
+        if not all(isinstance(n, int) for n in lengths):
+            return Skip(f"dynamic spatial shape {lengths}: the interleave needs static lengths")
+        for tensor, role in ((conv.weight, "weight"), (conv.bias, "bias")):
+            if tensor is None:
+                continue
+            try:
+                editor.constant_value(tensor)
+            except NotConstant as why:
+                return Skip(f"the {role} is not a constant: {why}")
+        kernel = list(conv.weight.meta["val"].shape[2:])
+        folded, bounds = _trimming_slices(node, conv, lengths, kernel)
+        windows = [
+            phase_window(n, s, p, d, k, op, start, stop)
+            for n, s, p, d, k, op, (start, stop) in zip(
+                lengths, conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding, bounds
+            )
+        ]
+        overhead = math.prod(w.blocks * w.taps * w.stride for w in windows) / math.prod(
+            n * k for n, k in zip(lengths, kernel)
+        )
+        if overhead > self.max_mac_overhead:
+            return Skip(
+                f"the polyphase convolution would do {overhead:.2f}x the multiply-adds of the deconvolution "
+                f"(kernel {kernel}, stride {conv.stride}, dilation {conv.dilation}, input {lengths}: zero taps "
+                f"and padding-only blocks), over the {self.max_mac_overhead}x where it stops paying on XNNPACK"
+            )
+        out_channels = conv.weight.meta["val"].shape[1] * conv.groups
+        return PolyphasePlan(node, conv, folded, windows, out_channels, overhead)
+
+    def describe(self, plan: PolyphasePlan) -> str:
+        taps = "x".join(str(w.taps) for w in plan.windows)
+        stride = "x".join(str(w.stride) for w in plan.windows)
+        text = f"stride {stride}: conv {math.prod(w.stride for w in plan.windows) * plan.out_channels} ch, {taps} taps"
+        if plan.folded_slices:
+            text += f", folded {len(plan.folded_slices)} slice(s)"
+        return text
+
+    def apply(self, plan: PolyphasePlan, editor: ProgramEditor) -> None:
+        conv, node, d = plan.conv, plan.node, plan.conv.spatial
+        stride_key = "x".join(map(str, conv.stride))
+        dilation_key = "x".join(map(str, conv.dilation))
+        weight = editor.derived_constant(
+            conv.weight,
+            f"phases_s{stride_key}_d{dilation_key}_g{conv.groups}",
+            lambda w: phase_weight(w, conv.stride, conv.dilation, conv.groups),
+        )
+        bias = None
+        if conv.bias is not None:
+            bias = editor.derived_constant(
+                conv.bias, f"phases_s{stride_key}_g{conv.groups}", lambda b: phase_bias(b, conv.stride, conv.groups)
+            )
+        anchor = plan.folded_slices[-1] if plan.folded_slices else node
+        # Read the input now, not at check time: an earlier rewrite may have replaced it.
+        x = node.args[0]
+        for dim, window in enumerate(plan.windows, start=2):
+            if window.needs_input_slice:
+                x = editor.emit(anchor, aten.slice.Tensor, x, dim, window.input_start, window.input_stop)
+        symmetric = [min(w.pad_before, w.pad_after) for w in plan.windows]
+        extra = [
+            pad
+            for w, both in zip(reversed(plan.windows), reversed(symmetric))
+            for pad in (w.pad_before - both, w.pad_after - both)
+        ]
+        if any(extra):
+            x = editor.emit(anchor, aten.constant_pad_nd.default, x, extra, 0.0)
+        phases = editor.emit(
+            anchor, aten.convolution.default, x, weight, bias, [1] * d, symmetric, [1] * d, False, [0] * d, conv.groups
+        )
+        result = interleave(editor, anchor, phases, conv.stride, conv.groups)
+        for dim, window in enumerate(plan.windows, start=2):
+            if window.needs_crop:
+                result = editor.emit(anchor, aten.slice.Tensor, result, dim, window.crop_start, window.crop_stop)
+        editor.replace([node, *plan.folded_slices], result)
+
+
+def interleave(editor: ProgramEditor, anchor: Node, phases: Node, stride: list[int], groups: int) -> Node:
+    """Emit view/permute steps turning [N, g*prod(s)*C/g, Q...] into [N, C, Q_1*s_1, ...].
+
+    The permutes are `permute_copy` so that every view reads a contiguous tensor: no clone, which
+    XNNPACK would run as an extra copy (and delegates in fp32 only).
+    """
+    batch, total, *blocks = phases.meta["val"].shape
+    channels = total // (groups * math.prod(stride))
+    lead = batch * groups if isinstance(batch, int) else -1
+    result = phases
+    for step in interleave_steps(lead, stride, channels, blocks):
+        result = editor.emit(anchor, aten.view.default, result, list(step.view_shape))
+        result = editor.emit(anchor, aten.permute_copy.default, result, list(step.permutation))
+    batch = batch if isinstance(batch, int) else -1
+    return editor.emit(
+        anchor, aten.view.default, result, [batch, groups * channels, *(q * s for q, s in zip(blocks, stride))]
+    )
+
+
+def _trimming_slices(node: Node, conv: ConvTranspose, lengths: list[int], kernel: list[int]):
+    """Slices (step 1, on a spatial dimension) that are the only user of the deconvolution, in
+    chain order, and the output window [start, stop) per dimension that they leave."""
+    full = [
+        output_length(n, s, p, d, k, op)
+        for n, s, p, d, k, op in zip(lengths, conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding)
+    ]
+    bounds = [(0, n) for n in full]
+    folded: list[Node] = []
+    current = node
+    rank = conv.spatial + 2
+    while len(current.users) == 1:
+        (user,) = current.users
+        if user.op != "call_function" or user.target != aten.slice.Tensor:
+            break
+        dim = _arg(user, 1, "dim", 0) % rank
+        start, end, step = _arg(user, 2, "start", None), _arg(user, 3, "end", None), _arg(user, 4, "step", 1)
+        if dim < 2 or step != 1 or not all(isinstance(v, (int, type(None))) for v in (start, end)):
+            break
+        lo, hi = bounds[dim - 2]
+        new_lo, new_hi, _ = slice(start, end).indices(hi - lo)
+        if new_hi <= new_lo:
+            break
+        bounds[dim - 2] = (lo + new_lo, lo + new_hi)
+        folded.append(user)
+        current = user
+    return folded, bounds

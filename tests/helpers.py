@@ -1,0 +1,54 @@
+"""Shared steps of the tests: export, rewrite, compare with eager, look inside graphs."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.export import ExportedProgram
+
+import phaseconv
+from phaseconv.rules.conv_transpose import ConvTransposeRule, parse_conv_transpose
+
+# Every case the math covers, whether or not it pays on XNNPACK: for exactness tests.
+EXHAUSTIVE = [ConvTransposeRule(max_mac_overhead=math.inf)]
+
+TOLERANCE = {
+    torch.float32: {"rtol": 1e-4, "atol": 1e-5},
+    torch.float64: {"rtol": 1e-7, "atol": 1e-9},
+    torch.float16: {"rtol": 1e-2, "atol": 1e-2},
+    torch.bfloat16: {"rtol": 5e-2, "atol": 5e-2},
+}
+
+
+def export(module: torch.nn.Module, *inputs: torch.Tensor, decompose: bool = False, **kwargs) -> ExportedProgram:
+    ep = torch.export.export(module.eval(), inputs, **kwargs)
+    return ep.run_decompositions() if decompose else ep
+
+
+def transposed_convs(ep: ExportedProgram) -> list[str]:
+    return [n.name for n in ep.graph.nodes if parse_conv_transpose(n) is not None]
+
+
+def run(ep: ExportedProgram, *inputs: torch.Tensor):
+    with torch.no_grad():
+        return ep.module()(*inputs)
+
+
+def assert_close(actual, expected, scale: float = 1.0) -> None:
+    tol = TOLERANCE[expected.dtype]
+    torch.testing.assert_close(actual, expected, rtol=tol["rtol"], atol=tol["atol"] * max(1.0, scale))
+
+
+def rewrite_and_compare(
+    module: torch.nn.Module, *inputs: torch.Tensor, decompose: bool = False, rules=EXHAUSTIVE
+) -> ExportedProgram:
+    """Rewrite the exported module, check every transposed conv is gone and outputs match eager."""
+    ep = export(module, *inputs, decompose=decompose)
+    rewritten = phaseconv.rewrite(ep, rules)
+    assert transposed_convs(rewritten) == [], phaseconv.explain(ep, rules)
+    expected = run(ep, *inputs)
+    actual = run(rewritten, *inputs)
+    assert actual.shape == expected.shape
+    assert_close(actual, expected, scale=float(expected.abs().max()))
+    return rewritten
