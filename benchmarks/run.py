@@ -36,7 +36,8 @@ def main(
 
     import phaseconv
     from benchmarks.layers import layer_cases
-    from phaseconv.runtimes.executorch import LoadedProgram, delegation_summary, to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
     rows = []
@@ -49,9 +50,9 @@ def main(
             programs["limit"] = torch.export.export(case.limit, case.inputs)
         loaded, summaries = {}, {}
         for name, program in programs.items():
-            manager = to_xnnpack(program)
-            summaries[name] = delegation_summary(manager).to_dict()
-            loaded[name] = LoadedProgram(manager.buffer)
+            buffer = to_xnnpack(program).buffer
+            summaries[name] = summarize_pte(buffer).to_dict()
+            loaded[name] = LoadedProgram(buffer)
         with torch.no_grad():
             expected = case.module(*case.inputs)
         error = float((loaded["phaseconv"].run(case.inputs)[0] - expected).abs().max())

@@ -5,7 +5,21 @@ fast = phaseconv.rewrite(ep)          # a new ExportedProgram, numerically the s
 for d in phaseconv.explain(ep): ...   # what was rewritten, and why anything was left alone
 """
 
-from phaseconv.report import Decision
-from phaseconv.rewrite import explain, rewrite
+import logging as _logging
 
-__all__ = ["Decision", "explain", "rewrite"]
+# executorch pulls in torchao, which logs a warning per optional CUDA kernel it cannot load on a CPU
+# machine, and torch logs a pytree deprecation on that import: silence both for the import only.
+_noisy = [_logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+_levels = [logger.level for logger in _noisy]
+for _logger in _noisy:
+    _logger.setLevel(_logging.ERROR)
+try:
+    from phaseconv.errors import PhaseconvError
+    from phaseconv.lowering import LoweredProgram, inspect, lower
+    from phaseconv.report import Decision
+    from phaseconv.rewrite import explain, rewrite
+finally:
+    for _logger, _level in zip(_noisy, _levels):
+        _logger.setLevel(_level)
+
+__all__ = ["Decision", "LoweredProgram", "PhaseconvError", "explain", "inspect", "lower", "rewrite"]

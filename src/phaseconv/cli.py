@@ -1,53 +1,214 @@
-"""The `phaseconv` command."""
+"""The `phaseconv` command: explain, lower, inspect, bench, demo."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
+from phaseconv.errors import PhaseconvError
 from phaseconv.report import decisions_table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fast, exact upsampling layers for ExecuTorch.")
+MODEL_HELP = (
+    "a torch.export.save file (.pt2); or module.path:factory naming a Python function that returns "
+    "(nn.Module, example_inputs), which imports and runs that code; or demo:NAME for a built-in model "
+    "(demo:mimi-decoder)"
+)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
+state = {"debug": False}
 
 
 @app.callback()
-def _group() -> None:
-    """phaseconv: rewrite transposed convolutions and nearest upsampling into fast, exact polyphase form."""
+def _options(debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
+    """phaseconv: rewrite transposed convolutions into fast, exact polyphase form for ExecuTorch."""
+    state["debug"] = debug
+
+
+def _print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def summary_table(summaries: dict, title: str = "delegation") -> Table:
+    """Delegation summaries side by side: partitions, layout transposes, nodes inside, ops outside."""
+    table = Table(title=title)
+    table.add_column("program")
+    for column in ("partitions", "layout transposes", "XNNPACK nodes", "operators outside"):
+        table.add_column(column)
+    for name, summary in summaries.items():
+        table.add_row(
+            name,
+            str(summary.partitions),
+            str(summary.layout_transposes),
+            ", ".join(f"{k} x{v}" for k, v in sorted(summary.inside.items())) or "none",
+            ", ".join(f"{k} x{v}" for k, v in sorted(summary.outside.items())) or "none",
+        )
+    return table
+
+
+@app.command()
+def explain(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """What phaseconv would rewrite in MODEL, and why anything is left alone."""
+    from phaseconv.models.loading import load_model
+    from phaseconv.rewrite import explain as explain_program
+
+    decisions = explain_program(load_model(model).program)
+    if as_json:
+        _print_json([d.to_dict() for d in decisions])
+    else:
+        console.print(decisions_table(decisions))
+
+
+@app.command()
+def lower(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    output: Path = typer.Option(..., "-o", "--output", help="the .pte file to write"),
+    no_rewrite: bool = typer.Option(False, "--no-rewrite", help="lower the program as it is"),
+    external_constants: bool = typer.Option(
+        False, "--external-constants", help="put every weight in a .ptd file beside the .pte"
+    ),
+    backend: str = typer.Option("xnnpack", help="the ExecuTorch backend to delegate to"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+) -> None:
+    """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
+    from phaseconv.lowering import BACKENDS
+    from phaseconv.lowering import lower as lower_program
+    from phaseconv.models.loading import load_model
+
+    if backend not in BACKENDS:
+        raise PhaseconvError(f"unknown backend {backend!r}; supported: {', '.join(BACKENDS)}")
+    if not output.parent.is_dir():
+        raise PhaseconvError(f"cannot write {output}: the folder {output.parent} does not exist")
+    program = load_model(model).program
+    lowered = lower_program(program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants)
+    summaries = {"phaseconv" if not no_rewrite else "stock": lowered.summary}
+    if not no_rewrite:  # the stock lowering beside it: cheap for the models this is for
+        summaries = {"stock": lower_program(program, rewrite=False).summary, **summaries}
+    files = lowered.save(output)
+    if as_json:
+        _print_json(
+            {
+                "files": [str(f) for f in files],
+                "decisions": [d.to_dict() for d in lowered.decisions],
+                "delegation": {name: s.to_dict() for name, s in summaries.items()},
+            }
+        )
+        return
+    if lowered.decisions:
+        console.print(decisions_table(lowered.decisions))
+    console.print(summary_table(summaries))
+    console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
+
+
+@app.command()
+def inspect(
+    program: Path = typer.Argument(..., help="an ExecuTorch .pte file"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """Delegation summary of a .pte file: delegate calls, nodes inside them, operators outside them."""
+    from phaseconv.lowering import inspect as inspect_program
+
+    summary = inspect_program(program)
+    if as_json:
+        _print_json(summary.to_dict())
+    else:
+        console.print(summary_table({program.name: summary}))
+
+
+@app.command()
+def bench(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    threads: str = typer.Option("1", help="comma-separated thread counts, e.g. 1,2"),
+    runs: int = typer.Option(20, min=1, help="timed runs of each program per thread count"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the results as JSON"),
+    plot_path: Path | None = typer.Option(None, "--plot", help="write a PNG bar chart"),
+) -> None:
+    """Time the stock and the rewritten program through the ExecuTorch runtime, interleaved."""
+    from phaseconv.bench import bench as run_bench
+    from phaseconv.bench import plot
+    from phaseconv.lowering import write_atomically
+
+    try:
+        counts = [int(t) for t in threads.split(",")]
+    except ValueError:
+        raise PhaseconvError(f"--threads takes comma-separated integers, got {threads!r}") from None
+    if any(c < 1 for c in counts):
+        raise PhaseconvError(f"thread counts must be at least 1, got {threads!r}")
+    for path in (json_path, plot_path):
+        if path is not None and not path.parent.is_dir():
+            raise PhaseconvError(f"cannot write {path}: the folder {path.parent} does not exist")
+    from phaseconv.models.loading import load_model
+
+    load_model(model)  # fail here, with a clear message, rather than inside a worker
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"timing {model}", total=runs * len(counts))
+        results = run_bench(model, counts, runs, on_round=lambda: progress.advance(task))
+    table = Table(title=f"{model}: ExecuTorch XNNPACK, median of {runs} interleaved runs")
+    for column in ("threads", "stock ms", "phaseconv ms", "speedup", "max |diff| stock", "max |diff| phaseconv"):
+        table.add_column(column, justify="right")
+    for r in results:
+        stock, fast = r["programs"]["stock"], r["programs"]["phaseconv"]
+        table.add_row(
+            str(r["threads"]),
+            f"{stock['median_ms']:.3f}",
+            f"{fast['median_ms']:.3f}",
+            f"{r['speedup']:.2f}x",
+            f"{stock['max_abs_error']:.2e}",
+            f"{fast['max_abs_error']:.2e}",
+        )
+    console.print(table)
+    console.print("max |diff| is against eager PyTorch on the same inputs")
+    if json_path is not None:
+        write_atomically(json_path, json.dumps(results, indent=2).encode())
+        console.print(f"wrote {json_path}")
+    if plot_path is not None:
+        import io
+
+        buffer = io.BytesIO()
+        plot(results, buffer)
+        write_atomically(plot_path, buffer.getvalue())
+        console.print(f"wrote {plot_path}")
 
 
 @app.command()
 def demo(
-    frames: int = typer.Option(25, help="latent frames (80 ms of audio each)"),
-    runs: int = typer.Option(20, help="timed runs per program"),
-    threads: int = typer.Option(1, help="XNNPACK threads"),
+    frames: int = typer.Option(25, min=1, help="latent frames (80 ms of audio each)"),
+    runs: int = typer.Option(20, min=1, help="timed runs per program"),
+    threads: int = typer.Option(1, min=1, help="XNNPACK threads"),
 ) -> None:
     """Export a Mimi-like audio decoder, rewrite it, and compare stock and rewritten programs on XNNPACK."""
+    from phaseconv.runtimes.executorch import set_threads
+
+    set_threads(threads)
     import torch
 
     from phaseconv.compare import lower_stock_and_rewritten, time_variants
     from phaseconv.models.audio import seanet_decoder
-    from phaseconv.runtimes.executorch import set_threads
 
-    set_threads(threads)
     model, inputs = seanet_decoder(frames)
     console.print(f"[bold]Mimi-like SEANet decoder[/]: latents {list(inputs[0].shape)} -> audio")
     with torch.no_grad():
         ep = torch.export.export(model, inputs)
     comparison = lower_stock_and_rewritten(ep, inputs)
     console.print(decisions_table(comparison.decisions))
+    console.print(summary_table({name: v.summary for name, v in comparison.variants.items()}))
     with console.status(f"timing {runs} interleaved runs of each program at {threads} thread(s)"):
         time_variants(comparison, inputs, runs)
     table = Table(title=f"ExecuTorch XNNPACK, {threads} thread(s), median of {runs} interleaved runs")
-    for column in ("program", "partitions", "ops outside delegate", "max |error| vs eager", "16-bit PCM steps", "ms"):
+    for column in ("program", "max |error| vs eager", "16-bit PCM steps", "ms"):
         table.add_column(column)
     for variant in comparison.variants.values():
-        outside = ", ".join(f"{k} x{v}" for k, v in sorted(variant.summary.outside.items())) or "none"
         table.add_row(
             variant.name,
-            str(variant.summary.partitions),
-            outside,
             f"{variant.max_abs_error:.2e}",
             f"{variant.max_abs_error * 32768:.3f}",
             f"{variant.median_ms:.2f}",
@@ -57,4 +218,29 @@ def demo(
 
 
 def main() -> None:
-    app()
+    try:
+        app(standalone_mode=False)
+    except PhaseconvError as error:
+        if state["debug"]:
+            raise
+        print(f"phaseconv: error: {_one_line(str(error))}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as error:  # typer's own usage errors, and anything unexpected
+        import click
+
+        if isinstance(error, click.exceptions.ClickException):
+            error.show()
+            sys.exit(2)
+        if isinstance(error, click.exceptions.Abort):
+            sys.exit(130)
+        if state["debug"]:
+            raise
+        message = _one_line(f"{type(error).__name__}: {error}")
+        print(f"phaseconv: error: {message} (run with --debug for the traceback)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _one_line(message: str) -> str:
+    """The first line of a message: library errors (torch.export's) run to dozens of lines."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return lines[0] if lines else "unknown error"

@@ -9,7 +9,8 @@ from torch.export import ExportedProgram
 
 from phaseconv.report import Decision
 from phaseconv.rewrite import rewrite_with_report
-from phaseconv.runtimes.executorch import DelegationSummary, LoadedProgram, delegation_summary, to_xnnpack
+from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.pte import DelegationSummary, summarize_pte
 from phaseconv.runtimes.timing import interleaved_times, median_ms
 
 
@@ -37,6 +38,21 @@ class Comparison:
     def speedup(self) -> float:
         return self.variants["stock"].median_ms / self.variants["phaseconv"].median_ms
 
+    def to_dict(self) -> dict:
+        return {
+            "decisions": [d.to_dict() for d in self.decisions],
+            "programs": {
+                name: {
+                    "median_ms": v.median_ms,
+                    "max_abs_error": v.max_abs_error,
+                    "runs": len(v.times),
+                    "delegation": v.summary.to_dict(),
+                }
+                for name, v in self.variants.items()
+            },
+            "speedup": self.speedup(),
+        }
+
 
 def _flat(outputs) -> list[torch.Tensor]:
     if isinstance(outputs, torch.Tensor):
@@ -52,7 +68,8 @@ def lower_stock_and_rewritten(ep: ExportedProgram, inputs: tuple[torch.Tensor, .
     variants = {}
     for name, program in (("stock", ep), ("phaseconv", rewritten)):
         manager = to_xnnpack(program)
-        variant = Variant(name, delegation_summary(manager), LoadedProgram(manager.buffer))
+        buffer = manager.buffer
+        variant = Variant(name, summarize_pte(buffer), LoadedProgram(buffer))
         outputs = variant.program.run(inputs)
         variant.max_abs_error = max(float((o - r).abs().max()) for o, r in zip(outputs, reference, strict=True))
         variants[name] = variant

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import copy
-import warnings
-
 from torch.export import ExportedProgram
 
-from phaseconv.graph.program import ProgramEditor
+from phaseconv.graph.program import ProgramEditor, copy_program
 from phaseconv.report import Decision
 from phaseconv.rules import Skip, resolve_rules
 
 
-def _require_program(ep) -> None:
+def require_program(ep) -> None:
     if not isinstance(ep, ExportedProgram):
         raise TypeError(
             f"expected a torch.export.ExportedProgram, got {type(ep).__module__}.{type(ep).__qualname__}; "
@@ -36,17 +33,11 @@ def _plan(editor: ProgramEditor, rules) -> tuple[list[Decision], list]:
     return decisions, plans
 
 
-def _copy(ep: ExportedProgram) -> ExportedProgram:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return copy.deepcopy(ep)
-
-
 def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgram, list[Decision]]:
     """The rewritten copy of `ep` and the decision for every candidate node."""
-    _require_program(ep)
+    require_program(ep)
     rules = resolve_rules(rules)
-    program = _copy(ep)
+    program = copy_program(ep)
     editor = ProgramEditor(program)
     decisions, plans = _plan(editor, rules)
     for rule, plan in plans:
@@ -61,6 +52,6 @@ def rewrite(ep: ExportedProgram, rules=None) -> ExportedProgram:
 
 def explain(ep: ExportedProgram, rules=None) -> list[Decision]:
     """One Decision per candidate node: which rule, applied or not, and why not."""
-    _require_program(ep)
-    editor = ProgramEditor(_copy(ep))
+    require_program(ep)
+    editor = ProgramEditor(copy_program(ep))
     return _plan(editor, resolve_rules(rules))[0]

@@ -326,5 +326,11 @@ def test_declines_when_zero_taps_outweigh_the_gain():
 def test_explain_reports_every_candidate_with_its_rule():
     module = TwoDeconvsWithElu()
     decisions = phaseconv.explain(export(module, torch.randn(1, 8, 5)))
-    assert [(d.rule, d.applied, d.reason) for d in decisions] == [("conv_transpose", True, "")] * 2
-    assert all(d.node.startswith("conv_transpose1d") for d in decisions)
+    assert [(d.rule, d.applied, d.reason) for d in decisions] == [
+        ("conv_transpose", True, ""),
+        ("elu", True, ""),
+        ("conv_transpose", True, ""),
+    ]
+    assert [d.node for d in decisions] == ["conv_transpose1d", "elu", "conv_transpose1d_1"]
+    only = phaseconv.explain(export(module, torch.randn(1, 8, 5)), rules=["conv_transpose"])
+    assert [d.rule for d in only] == ["conv_transpose"] * 2

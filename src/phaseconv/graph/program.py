@@ -6,6 +6,8 @@ This is the only module that touches placeholders, the graph signature, `state_d
 
 from __future__ import annotations
 
+import copy
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,13 @@ from torch.fx import Node
 # Metadata that says where a node came from; copied onto the nodes that replace it.
 PROVENANCE_KEYS = ("nn_module_stack", "stack_trace", "source_fn_stack", "from_node", "custom")
 CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+def copy_program(ep: ExportedProgram) -> ExportedProgram:
+    """A deep copy: graph, signature, state_dict and constants, so edits never reach the original."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return copy.deepcopy(ep)
 
 
 class NotConstant(Exception):

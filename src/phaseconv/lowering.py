@@ -1,0 +1,93 @@
+"""One call from an ExportedProgram to an ExecuTorch program file, with what happened to it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from torch.export import ExportedProgram
+
+from phaseconv.errors import PhaseconvError
+from phaseconv.report import Decision
+from phaseconv.rewrite import require_program, rewrite_with_report
+
+if TYPE_CHECKING:  # executorch is imported only when a program is lowered or read
+    from phaseconv.runtimes.pte import DelegationSummary
+
+BACKENDS = ("xnnpack",)
+
+
+@dataclass
+class LoweredProgram:
+    """A serialized ExecuTorch program (and its .ptd data when constants are external)."""
+
+    buffer: bytes
+    data: bytes | None
+    summary: DelegationSummary
+    decisions: list[Decision] = field(default_factory=list)
+
+    def save(self, path: str | Path) -> list[Path]:
+        """Write `path` (the .pte) and, with external constants, the .ptd beside it. Returns the files.
+
+        Each file is written to a temporary file in the same folder and renamed, so a failure
+        leaves no partial file behind.
+        """
+        path = Path(path)
+        files = [(path, self.buffer)]
+        if self.data is not None:
+            files.append((path.with_suffix(".ptd"), self.data))
+        for target, content in files:
+            write_atomically(target, content)
+        return [target for target, _ in files]
+
+
+def write_atomically(path: Path, content: bytes) -> None:
+    folder = path.parent
+    if not folder.is_dir():
+        raise PhaseconvError(f"cannot write {path}: the folder {folder} does not exist")
+    try:
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise PhaseconvError(f"cannot write {path}: {error.strerror}") from None
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(content)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; give what open() would
+        os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise PhaseconvError(f"cannot write {path}: {error.strerror}") from None
+
+
+def lower(
+    ep: ExportedProgram, *, rewrite: bool = True, backend: str = "xnnpack", external_constants: bool = False
+) -> LoweredProgram:
+    """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`."""
+    require_program(ep)
+    if backend not in BACKENDS:
+        raise PhaseconvError(f"unknown backend {backend!r}; supported: {', '.join(BACKENDS)}")
+    from phaseconv.runtimes.executorch import external_data, to_xnnpack
+    from phaseconv.runtimes.pte import summarize_pte
+
+    decisions: list[Decision] = []
+    if rewrite:
+        ep, decisions = rewrite_with_report(ep)
+    manager = to_xnnpack(ep, external_constants=external_constants)
+    data_files = external_data(manager)
+    data = b"".join(data_files.values()) if data_files else None
+    if len(data_files) > 1:
+        raise PhaseconvError(f"expected one external data file, got {sorted(data_files)}")
+    buffer = manager.buffer
+    return LoweredProgram(buffer, data, summarize_pte(buffer), decisions)
+
+
+def inspect(path: str | Path) -> DelegationSummary:
+    """The delegation summary of an existing .pte file, read from the file itself."""
+    from phaseconv.runtimes.pte import summarize_pte_file
+
+    return summarize_pte_file(path)

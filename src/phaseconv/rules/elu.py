@@ -1,0 +1,55 @@
+"""ELU -> relu(x) + alpha * (exp(min(x, 0)) - 1): operators XNNPACK delegates (ELU runs portable).
+
+For x > 0 the second term is alpha * (exp(0) - 1) = 0 exactly; for x <= 0 the first is 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Node
+
+from phaseconv.graph.program import ProgramEditor
+from phaseconv.rules.base import Skip
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class EluPlan:
+    node: Node
+    alpha: float
+
+
+class EluRule:
+    """aten.elu -> relu, clamp, exp, mul, sub, add."""
+
+    name = "elu"
+
+    def matches(self, node: Node) -> bool:
+        return node.op == "call_function" and node.target == aten.elu.default
+
+    def check(self, node: Node, editor: ProgramEditor) -> EluPlan | Skip:
+        alpha, scale, input_scale = (list(node.args[1:]) + [1.0, 1.0, 1.0])[:3]
+        alpha = node.kwargs.get("alpha", alpha)
+        if node.kwargs.get("scale", scale) != 1 or node.kwargs.get("input_scale", input_scale) != 1:
+            return Skip("ELU with scale or input_scale other than 1 (SELU-like) is not rewritten")
+        dtype = node.args[0].meta["val"].dtype
+        if dtype != torch.float32:
+            # measured: in fp16 the scalar operands lower to a portable dtype copy outside the delegate
+            return Skip(f"ELU in {dtype}: only float32 lowers to XNNPACK alone so far")
+        return EluPlan(node, float(alpha))
+
+    def describe(self, plan: EluPlan) -> str:
+        return f"relu(x) + {plan.alpha:g} * (exp(min(x, 0)) - 1)"
+
+    def apply(self, plan: EluPlan, editor: ProgramEditor) -> None:
+        node = plan.node
+        x = node.args[0]
+        positive = editor.emit(node, aten.relu.default, x)
+        negative = editor.emit(node, aten.exp.default, editor.emit(node, aten.clamp.default, x, None, 0.0))
+        if plan.alpha != 1.0:
+            negative = editor.emit(node, aten.mul.Tensor, negative, plan.alpha)
+        negative = editor.emit(node, aten.sub.Tensor, negative, plan.alpha)
+        editor.replace([node], editor.emit(node, aten.add.Tensor, positive, negative))

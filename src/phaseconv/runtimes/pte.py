@@ -1,0 +1,91 @@
+"""Read an ExecuTorch program file: delegate calls, XNNPACK nodes inside them, operators outside."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader, _get_schema_bytes
+from executorch.exir._serialize._flatbuffer import _flatc_decompile
+from executorch.exir._serialize._program import deserialize_pte_binary
+from executorch.exir.schema import DelegateCall, KernelCall
+
+from phaseconv.errors import PhaseconvError
+
+XNNPACK = "XnnpackBackend"
+TRANSPOSE = "XNNStaticTranspose"
+BARE_NON_FINITE = re.compile(rb"(?<=[:\[,\s])(-?inf|nan)(?=\s*[,\]}\n])")
+
+
+@dataclass
+class DelegationSummary:
+    """How a program is split: delegate calls, the nodes inside them, the operators outside them."""
+
+    partitions: int = 0
+    inside: Counter = field(default_factory=Counter)
+    outside: Counter = field(default_factory=Counter)
+
+    @property
+    def layout_transposes(self) -> int:
+        return self.inside[TRANSPOSE]
+
+    def to_dict(self) -> dict:
+        return {
+            "partitions": self.partitions,
+            "inside": dict(sorted(self.inside.items())),
+            "outside": dict(sorted(self.outside.items())),
+            "layout_transposes": self.layout_transposes,
+        }
+
+
+def summarize_pte(data: bytes) -> DelegationSummary:
+    """The delegation summary of a serialized program (the bytes of a .pte file)."""
+    try:
+        program = deserialize_pte_binary(data).program
+    except Exception as error:  # the deserializer raises anything from struct to flatbuffer errors
+        raise PhaseconvError(f"not an ExecuTorch program: {type(error).__name__}: {error}") from None
+    plan = program.execution_plan[0]
+    summary = DelegationSummary()
+    for instruction in plan.chains[0].instructions:
+        args = instruction.instr_args
+        if isinstance(args, DelegateCall):
+            summary.partitions += 1
+            delegate = plan.delegates[args.delegate_index]
+            if delegate.id == XNNPACK:
+                payload = program.backend_delegate_data[delegate.processed.index].data
+                summary.inside.update(_xnnpack_nodes(payload))
+            else:
+                summary.inside[delegate.id] += 1
+        elif isinstance(args, KernelCall):
+            operator = plan.operators[args.op_index]
+            summary.outside[f"{operator.name}.{operator.overload}" if operator.overload else operator.name] += 1
+    return summary
+
+
+def summarize_pte_file(path: str | Path) -> DelegationSummary:
+    path = Path(path)
+    if not path.is_file():
+        raise PhaseconvError(f"no such file: {path}")
+    try:
+        return summarize_pte(path.read_bytes())
+    except PhaseconvError as error:
+        raise PhaseconvError(f"{path}: {error}") from None
+
+
+def _xnnpack_nodes(payload: bytes) -> Counter:
+    """XNNPACK node types in a delegate payload (its flatbuffer, decoded with ExecuTorch's flatc)."""
+    header = XNNHeader.from_bytes(payload[: XNNHeader.EXPECTED_LENGTH])
+    graph = payload[header.flatbuffer_offset : header.flatbuffer_offset + header.flatbuffer_size]
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        (folder / "schema.fbs").write_bytes(_get_schema_bytes())
+        (folder / "graph.bin").write_bytes(graph)
+        _flatc_decompile(str(folder), str(folder / "schema.fbs"), str(folder / "graph.bin"))
+        # flatc writes non-finite floats bare (a clamp's open bound is inf): quote them for json
+        text = BARE_NON_FINITE.sub(rb'"\1"', (folder / "graph.json").read_bytes())
+        nodes = json.loads(text)["xnodes"]
+    return Counter(node["xnode_union_type"] for node in nodes)

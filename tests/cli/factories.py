@@ -1,0 +1,27 @@
+"""Factories the CLI tests name as module.path:factory."""
+
+import torch
+
+from phaseconv.models.audio import seanet_decoder
+
+
+def small_decoder():
+    return seanet_decoder(frames=2, latent=16, channels=32)
+
+
+def broken():
+    raise RuntimeError("the checkpoint is missing")
+
+
+def not_a_model():
+    return 42
+
+
+def unexportable():
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x
+            return -x
+
+    return DataDependent(), (torch.randn(2),)

@@ -1,0 +1,154 @@
+"""The `phaseconv` command through its real entry point, in a subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.cli.factories import small_decoder
+
+ROOT = Path(__file__).resolve().parents[2]
+FACTORY = "tests.cli.factories:small_decoder"
+PHASECONV = [sys.executable, "-c", "from phaseconv.cli import main; main()"]
+
+
+def phaseconv(*args, cwd=ROOT):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([*PHASECONV, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def pt2(tmp_path_factory):
+    module, inputs = small_decoder()
+    path = tmp_path_factory.mktemp("models") / "decoder.pt2"
+    torch.export.save(torch.export.export(module, inputs), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pte(tmp_path_factory):
+    path = tmp_path_factory.mktemp("programs") / "decoder.pte"
+    result = phaseconv("lower", FACTORY, "-o", path)
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def test_explain_table_and_json(pt2):
+    result = phaseconv("explain", pt2)
+    assert result.returncode == 0, result.stderr
+    assert "conv_transpose" in result.stdout and "yes" in result.stdout
+    decisions = json.loads(phaseconv("explain", pt2, "--json").stdout)
+    assert [d["rule"] for d in decisions].count("conv_transpose") == 4 and all(d["applied"] for d in decisions)
+    assert set(decisions[0]) >= {"node", "rule", "applied", "reason"}
+
+
+def test_lower_writes_a_program_and_shows_stock_beside_rewritten(pte):
+    assert pte.stat().st_size > 0
+    result = phaseconv("lower", FACTORY, "-o", pte.with_name("again.pte"), "--json")
+    report = json.loads(result.stdout)
+    assert report["delegation"]["stock"]["inside"]["XNNConvTranspose2d"] == 4
+    assert "XNNConvTranspose2d" not in report["delegation"]["phaseconv"]["inside"]
+
+
+def test_lower_no_rewrite_and_external_constants(tmp_path):
+    result = phaseconv("lower", FACTORY, "-o", tmp_path / "stock.pte", "--no-rewrite", "--external-constants", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["decisions"] == [] and list(report["delegation"]) == ["stock"]
+    assert (tmp_path / "stock.ptd").stat().st_size > (tmp_path / "stock.pte").stat().st_size
+
+
+def test_inspect_reads_the_file(pte):
+    summary = json.loads(phaseconv("inspect", pte, "--json").stdout)
+    assert summary["inside"]["XNNConv2d"] > 0 and "XNNConvTranspose2d" not in summary["inside"]
+    assert summary["partitions"] == 1 and summary["outside"] == {}, "ELUs rewritten: one partition"
+    assert "partitions" in phaseconv("inspect", pte).stdout
+
+
+def test_demo_model_by_name():
+    result = phaseconv("explain", "demo:mimi-decoder", "--json")
+    assert result.returncode == 0
+    assert [d["rule"] for d in json.loads(result.stdout)].count("conv_transpose") == 4
+
+
+def test_bench_writes_json_and_plot(tmp_path):
+    result = phaseconv(
+        "bench", FACTORY, "--threads", "1,2", "--runs", "3", "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png"
+    )
+    assert result.returncode == 0, result.stderr
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert [r["threads"] for r in results] == [1, 2]
+    assert all(r["programs"]["phaseconv"]["runs"] == 3 and r["speedup"] > 0 for r in results)
+    assert all(r["programs"]["phaseconv"]["max_abs_error"] < 1e-4 for r in results)
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    assert "speedup" in result.stdout
+
+
+def assert_clean_failure(result, *words):
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("phaseconv: error:"), result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture
+def bad_files(tmp_path, pt2, pte):
+    text = tmp_path / "notes.pt2"
+    text.write_text("hello")
+    truncated_pt2 = tmp_path / "truncated.pt2"
+    truncated_pt2.write_bytes(pt2.read_bytes()[: pt2.stat().st_size // 2])
+    truncated_pte = tmp_path / "truncated.pte"
+    truncated_pte.write_bytes(pte.read_bytes()[:200])
+    return {"text": text, "truncated_pt2": truncated_pt2, "truncated_pte": truncated_pte}
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("missing", ["no such file"]),
+        ("text", ["not an exported program"]),
+        ("truncated_pt2", ["not an exported program"]),
+        ("factory_raises", ["RuntimeError", "the checkpoint is missing"]),
+        ("factory_returns_junk", ["must return (nn.Module, example_inputs)"]),
+        ("unexportable", ["torch.export failed"]),
+        ("unknown_backend", ["unknown backend 'coreml'"]),
+        ("missing_folder", ["does not exist"]),
+        ("folder_is_a_file", ["cannot write"]),
+    ],
+)
+def test_lower_bad_input(case, words, tmp_path, bad_files, pt2):
+    output = tmp_path / "out" / "model.pte" if case == "missing_folder" else tmp_path / "model.pte"
+    args = {
+        "missing": [tmp_path / "absent.pt2"],
+        "text": [bad_files["text"]],
+        "truncated_pt2": [bad_files["truncated_pt2"]],
+        "factory_raises": ["tests.cli.factories:broken"],
+        "factory_returns_junk": ["tests.cli.factories:not_a_model"],
+        "unexportable": ["tests.cli.factories:unexportable"],
+        "unknown_backend": [pt2, "--backend", "coreml"],
+        "missing_folder": [pt2],
+        "folder_is_a_file": [pt2],
+    }[case]
+    if case == "folder_is_a_file":
+        output = bad_files["text"] / "model.pte"
+    assert_clean_failure(phaseconv("lower", *args, "-o", output), *words)
+    assert not output.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no temporary file left behind"
+
+
+@pytest.mark.parametrize("case", ["missing", "truncated_pte", "text"])
+def test_inspect_bad_input(case, tmp_path, bad_files):
+    path = tmp_path / "absent.pte" if case == "missing" else bad_files[case]
+    words = ["no such file"] if case == "missing" else ["not an ExecuTorch program"]
+    assert_clean_failure(phaseconv("inspect", path), *words)
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = phaseconv("--debug", "explain", tmp_path / "absent.pt2")
+    assert result.returncode != 0 and "Traceback" in result.stderr
