@@ -13,7 +13,8 @@ from tests.cli.factories import small_decoder
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTORY = "tests.cli.factories:small_decoder"
-PHASECONV = [sys.executable, "-c", "from phaseconv.cli import main; main()"]
+# The installed console script, beside the interpreter running the tests.
+PHASECONV = [str(Path(sys.executable).parent / "phaseconv")]
 
 
 def phaseconv(*args, cwd=ROOT):
