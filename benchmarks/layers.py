@@ -36,3 +36,19 @@ def layer_cases() -> list[LayerCase]:
             cases.append(deconv_case(name, 1, c_in, c_in // 2, kernel, stride, 0, (steps,)))
     cases.append(deconv_case("2d 128->64 k4 s2 p1 64x64", 2, 128, 64, 4, 2, 1, (64, 64)))
     return cases
+
+
+def depthwise_case(name: str, spatial: int, channels: int, kernel: int, stride: int, padding: int, size) -> LayerCase:
+    torch.manual_seed(0)
+    deconv = (nn.ConvTranspose1d, nn.ConvTranspose2d)[spatial - 1]
+    module = deconv(channels, channels, kernel, stride, padding, groups=channels, bias=False)
+    return LayerCase(name, module.eval(), (torch.randn(1, channels, *size),), None)
+
+
+def depthwise_cases() -> list[LayerCase]:
+    """Mimi's frame upsampler and MI-GAN's 4x4 stride-2 upsampling filters."""
+    return [
+        depthwise_case("1d depthwise 512 k4 s2 T=25 (Mimi)", 1, 512, 4, 2, 1, (25,)),
+        depthwise_case("2d depthwise 128 k4 s2 p1 64x64 (MI-GAN)", 2, 128, 4, 2, 1, (64, 64)),
+        depthwise_case("2d depthwise 32 k4 s2 p1 128x128 (MI-GAN)", 2, 32, 4, 2, 1, (128, 128)),
+    ]

@@ -33,13 +33,22 @@ CASES = {
     "2d-k2-s2-unet": (2, 4, 2, 2, 2, 0, 0, 1, 7),
     "3d-k4-s2-p1": (3, 2, 3, 4, 2, 1, 0, 1, 3),
     "3d-unequal": (3, 2, 2, (2, 3, 4), (1, 3, 2), (0, 1, 2), (0, 2, 1), 1, (2, 3, 2)),
+    # ... and groups
+    "grouped-g2": (1, 4, 6, 8, 4, 2, 0, 1, 5, 2),
+    "depthwise-mimi-k4-s2": (1, 6, 6, 4, 2, 0, 0, 1, 5, 6),
+    "depthwise-multiplier-2": (1, 3, 6, 5, 2, 1, 1, 1, 5, 3),
+    "2d-depthwise-migan-k4-s2": (2, 4, 4, 4, 2, 1, 0, 1, 6, 4),
+    "2d-depthwise-k3-dilation": (2, 3, 3, 3, 2, 1, 1, 2, 5, 3),
+    "2d-grouped-unequal": (2, 4, 6, (3, 4), (2, 3), (1, 0), (1, 2), 1, (5, 4), 2),
+    "3d-depthwise": (3, 2, 2, 2, 2, 0, 0, 1, 3, 2),
 }
 
 
 def make_case(name, bias=True, dtype=torch.float32, batch=2):
-    spatial, c_in, c_out, k, s, p, op, d, size = CASES[name]
+    spatial, c_in, c_out, k, s, p, op, d, size, *groups = CASES[name]
     torch.manual_seed(0)
-    module = CONV_TRANSPOSE[spatial](c_in, c_out, k, s, p, op, bias=bias, dilation=d).to(dtype)
+    module = CONV_TRANSPOSE[spatial](c_in, c_out, k, s, p, op, groups=groups[0] if groups else 1, bias=bias, dilation=d)
+    module = module.to(dtype)
     size = (size,) * spatial if isinstance(size, int) else size
     return module, torch.randn(batch, c_in, *size, dtype=dtype)
 
@@ -53,7 +62,9 @@ def test_matches_eager(name, bias, decompose):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("name", ["mimi-k16-s8", "dac-k16-s8-p4", "2d-k4-s2-p1", "output-padding-over-padding"])
+@pytest.mark.parametrize(
+    "name", ["mimi-k16-s8", "dac-k16-s8-p4", "2d-k4-s2-p1", "output-padding-over-padding", "2d-depthwise-migan-k4-s2"]
+)
 def test_half_precision(name, dtype):
     module, x = make_case(name, dtype=dtype)
     rewritten = rewrite_and_compare(module, x)
@@ -82,8 +93,11 @@ def test_property_random_layers(data):
     dtype = draw(st.sampled_from([torch.float32, torch.float32, torch.float16]))
     if min(output_length(*a) for a in zip(size, stride, padding, dilation, kernel, output_padding)) < 1:
         return
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    c_in = groups * draw(st.integers(1, 2))
+    c_out = groups * draw(st.integers(1, 2))
     module = CONV_TRANSPOSE[spatial](
-        draw(st.integers(1, 4)), draw(st.integers(1, 4)), kernel, stride, padding, output_padding, dilation=dilation
+        c_in, c_out, kernel, stride, padding, output_padding, groups=groups, dilation=dilation
     ).to(dtype)
     x = torch.randn(draw(st.integers(1, 2)), module.in_channels, *size, dtype=dtype)
     ep = export(module, x)
@@ -295,8 +309,13 @@ def _declined(module, *inputs, **export_kwargs):
     return decision.reason
 
 
-def test_declines_grouped_for_now():
-    assert "groups=2" in _declined(nn.ConvTranspose1d(4, 4, 4, 2, groups=2), torch.randn(1, 4, 5))
+def test_depthwise_is_one_conv_per_phase_and_a_cat():
+    module, x = make_case("2d-depthwise-migan-k4-s2")
+    rewritten = rewrite_and_compare(module, x)
+    convs = [n for n in rewritten.graph.nodes if n.target == torch.ops.aten.convolution.default]
+    assert len(convs) == 4 and all(n.args[-1] == 4 for n in convs), "four depthwise convs, one per phase"
+    assert sum(n.target == torch.ops.aten.cat.default for n in rewritten.graph.nodes) == 1
+    assert [k for k in rewritten.state_dict if k.endswith("bias")] == ["bias"], "each phase conv adds the bias"
 
 
 def test_declines_stride_one():

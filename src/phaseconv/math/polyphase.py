@@ -141,6 +141,16 @@ def phase_weight(weight: torch.Tensor, stride: list[int], dilation: list[int], g
     return weight.reshape(groups * math.prod(stride) * c_out_g, c_in // groups, *taps).contiguous()
 
 
+def phase_slice(phases: torch.Tensor, stride: list[int], groups: int, phase: int) -> torch.Tensor:
+    """Output channels of phase `phase` (row-major over (j_1..j_D)) of a phase weight, every group.
+
+    [g * prod(s) * C_out/g, C_in/g, m...] -> [C_out, C_in/g, m...]: one stride-1 convolution per
+    phase, for the depthwise case where XNNPACK's depthwise kernels beat one multiplier-s^D conv.
+    """
+    per_group = phases.reshape(groups, math.prod(stride), -1, *phases.shape[1:])
+    return per_group[:, phase].reshape(-1, *phases.shape[1:]).contiguous()
+
+
 def phase_bias(bias: torch.Tensor, stride: list[int], groups: int) -> torch.Tensor:
     """Bias [C_out] -> [g * prod(s) * C_out/g]: each group's biases repeated once per phase."""
     per_group = bias.reshape(groups, 1, -1)
