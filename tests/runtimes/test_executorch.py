@@ -48,7 +48,8 @@ def test_lowered_rewrite_matches_eager_with_no_deconvolution_in_the_delegate(nam
     summary, (out,) = lower_and_run(rewritten, x)
     assert summary.partitions == 1 and not summary.outside, summary
     phases = 1 if module.groups != module.in_channels else math.prod(module.stride)
-    assert summary.inside[TRANSPOSED] == 0 and summary.inside["XNNConv2d"] + summary.inside["XNNDepthwiseConv2d"] == phases
+    convs = summary.inside["XNNConv2d"] + summary.inside["XNNDepthwiseConv2d"]
+    assert summary.inside[TRANSPOSED] == 0 and convs == phases
     assert_close(out, run(ep, x))
 
 
