@@ -52,3 +52,22 @@ def depthwise_cases() -> list[LayerCase]:
         depthwise_case("2d depthwise 128 k4 s2 p1 64x64 (MI-GAN)", 2, 128, 4, 2, 1, (64, 64)),
         depthwise_case("2d depthwise 32 k4 s2 p1 128x128 (MI-GAN)", 2, 32, 4, 2, 1, (128, 128)),
     ]
+
+
+class Nearest(nn.Module):
+    def __init__(self, scale: int):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.interpolate(x, scale_factor=self.scale, mode="nearest")
+
+
+def operator_cases() -> list[LayerCase]:
+    """Operators XNNPACK leaves to portable kernels: ELU and nearest upsampling."""
+    torch.manual_seed(0)
+    return [
+        LayerCase("elu [1,64,6000]", nn.ELU().eval(), (torch.randn(1, 64, 6000),), None),
+        LayerCase("nearest x2 [1,64,64,64]", Nearest(2).eval(), (torch.randn(1, 64, 64, 64),), None),
+        LayerCase("nearest x2 1d [1,128,2000]", Nearest(2).eval(), (torch.randn(1, 128, 2000),), None),
+    ]

@@ -35,13 +35,13 @@ def main(
     import torch
 
     import phaseconv
-    from benchmarks.layers import depthwise_cases, layer_cases
+    from benchmarks.layers import depthwise_cases, layer_cases, operator_cases
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
     rows = []
-    cases = [c for c in layer_cases() + depthwise_cases() if only in c.name]
+    cases = [c for c in layer_cases() + depthwise_cases() + operator_cases() if only in c.name]
     for case in track(cases, description="benchmarking layers", console=console):
         ep = torch.export.export(case.module, case.inputs)
         decisions = phaseconv.explain(ep)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
+from phaseconv.graph.interleave import interleave
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.math.polyphase import (
     PhaseWindow,
-    interleave_steps,
     output_length,
     phase_bias,
     phase_slice,
@@ -242,25 +242,6 @@ class ConvTransposeRule:
             if window.needs_crop:
                 result = editor.emit(anchor, aten.slice.Tensor, result, dim, window.crop_start, window.crop_stop)
         editor.replace([node, *plan.folded_slices], result)
-
-
-def interleave(editor: ProgramEditor, anchor: Node, phases: Node, stride: list[int], groups: int) -> Node:
-    """Emit view/permute steps turning [N, g*prod(s)*C/g, Q...] into [N, C, Q_1*s_1, ...].
-
-    The permutes are `permute_copy` so that every view reads a contiguous tensor: no clone, which
-    XNNPACK would run as an extra copy (and delegates in fp32 only).
-    """
-    batch, total, *blocks = phases.meta["val"].shape
-    channels = total // (groups * math.prod(stride))
-    lead = batch * groups if isinstance(batch, int) else -1
-    result = phases
-    for step in interleave_steps(lead, stride, channels, blocks):
-        result = editor.emit(anchor, aten.view.default, result, list(step.view_shape))
-        result = editor.emit(anchor, aten.permute_copy.default, result, list(step.permutation))
-    batch = batch if isinstance(batch, int) else -1
-    return editor.emit(
-        anchor, aten.view.default, result, [batch, groups * channels, *(q * s for q, s in zip(blocks, stride))]
-    )
 
 
 def _trimming_slices(node: Node, conv: ConvTranspose, lengths: list[int], kernel: list[int]):

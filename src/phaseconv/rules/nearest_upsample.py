@@ -1,0 +1,114 @@
+"""Nearest upsampling by integer factors r_i -> replicate + interleave.
+
+Matched as `aten.upsample_nearest{1,2,3}d` or, after core-ATen decomposition (1-D and 3-D), as a
+gather `aten.index(x, [None, None, i...])` whose constant indices pick dst // r.
+
+Every phase of a nearest upsample is the input itself: y[..., r*h + j, ...] = x[..., h, ...], so the
+output is the interleave of prod(r) copies. XNNPACK has no nearest resize (it runs portable and splits
+the delegate), and delegates `cat` only over distinct nodes, so the copies are `x * 1.0` (exact).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Node
+
+from phaseconv.graph.interleave import interleave
+from phaseconv.graph.program import NotConstant, ProgramEditor
+from phaseconv.rules.base import Skip
+
+aten = torch.ops.aten
+UPSAMPLE_NEAREST = {
+    aten.upsample_nearest1d.vec: 1,
+    aten.upsample_nearest2d.vec: 2,
+    aten.upsample_nearest3d.vec: 3,
+    aten.upsample_nearest1d.default: 1,
+    aten.upsample_nearest2d.default: 2,
+    aten.upsample_nearest3d.default: 3,
+}
+
+
+@dataclass(frozen=True)
+class ReplicatePlan:
+    node: Node
+    factors: list[int]
+
+
+def is_spatial_gather(node: Node) -> bool:
+    """aten.index(x, [None, None, i_1, ..., i_D]): core ATen's form of nearest 1-D and 3-D upsampling."""
+    if node.op != "call_function" or node.target != aten.index.Tensor:
+        return False
+    indices = node.args[1]
+    return len(indices) > 2 and indices[0] is None and indices[1] is None and all(indices[2:])
+
+
+def picks_integer_nearest(pick, lengths: list[int], factors: list[int]) -> bool:
+    """Apply the node's own indexing to an index map: is source index dst // r picked in every dim?
+
+    An explicit scale_factor such as 2.004 doubles the size but PyTorch's index arithmetic uses
+    1/2.004, which picks other pixels; only the op itself can say.
+    """
+    probe = torch.arange(math.prod(lengths), dtype=torch.float64).reshape(1, 1, *lengths)
+    picked = pick(probe)
+    expected = probe
+    for dim, r in enumerate(factors, start=2):
+        expected = expected.repeat_interleave(r, dim)
+    return picked.shape == expected.shape and torch.equal(picked, expected)
+
+
+class NearestUpsampleRule:
+    """aten.upsample_nearest{1,2,3}d with integer factors -> copies, cat, interleave."""
+
+    name = "nearest_upsample"
+
+    def matches(self, node: Node) -> bool:
+        return (node.op == "call_function" and node.target in UPSAMPLE_NEAREST) or is_spatial_gather(node)
+
+    def check(self, node: Node, editor: ProgramEditor) -> ReplicatePlan | Skip:
+        if node.target in UPSAMPLE_NEAREST:
+            spatial = UPSAMPLE_NEAREST[node.target]
+
+            def pick(probe: torch.Tensor) -> torch.Tensor:
+                return node.target(probe, *node.args[1:], **node.kwargs)
+        else:
+            spatial = len(node.args[1]) - 2
+            try:
+                indices = [editor.constant_value(i) for i in node.args[1][2:]]
+            except NotConstant as why:
+                return Skip(f"the gather indices are not constants: {why}")
+
+            def pick(probe: torch.Tensor) -> torch.Tensor:
+                return aten.index.Tensor(probe, [None, None, *indices])
+
+        x, y = node.args[0].meta["val"], node.meta["val"]
+        if x.dim() != spatial + 2:
+            return Skip(f"input of rank {x.dim()}: expected [N, C, spatial...]")
+        lengths, outputs = list(x.shape[2:]), list(y.shape[2:])
+        if not all(isinstance(n, int) for n in lengths + outputs):
+            return Skip(f"dynamic spatial shape {lengths}: the interleave needs static lengths")
+        if not x.dtype.is_floating_point:
+            return Skip(f"{x.dtype} input: only floating point is rewritten")
+        if any(o % n for n, o in zip(lengths, outputs)):
+            return Skip(f"output {outputs} is not an integer multiple of the input {lengths}")
+        factors = [o // n for n, o in zip(lengths, outputs)]
+        if all(r == 1 for r in factors):
+            return Skip("scale 1: the upsample copies its input; nothing to gain")
+        if not picks_integer_nearest(pick, lengths, factors):
+            return Skip(
+                f"{lengths} -> {outputs}, but PyTorch's index arithmetic does not pick every input "
+                f"{factors} times in a row: not an integer upsample"
+            )
+        return ReplicatePlan(node, factors)
+
+    def describe(self, plan: ReplicatePlan) -> str:
+        return f"x{'x'.join(map(str, plan.factors))}: {math.prod(plan.factors)} copies + interleave"
+
+    def apply(self, plan: ReplicatePlan, editor: ProgramEditor) -> None:
+        node = plan.node
+        x = node.args[0]
+        copies = [x] + [editor.emit(node, aten.mul.Tensor, x, 1.0) for _ in range(math.prod(plan.factors) - 1)]
+        phases = editor.emit(node, aten.cat.default, copies, 1)
+        editor.replace([node], interleave(editor, node, phases, plan.factors, 1))

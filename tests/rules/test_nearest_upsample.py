@@ -1,0 +1,96 @@
+"""Nearest upsampling -> replicate + interleave, against eager and through the runtime."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import phaseconv
+from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.pte import summarize_pte
+from tests.helpers import export, run
+
+
+class Upsample(nn.Module):
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, x):
+        return F.interpolate(x, mode="nearest", **self.kwargs)
+
+
+CASES = {
+    "1d-x2": ((1, 3, 7), {"scale_factor": 2}),
+    "1d-x3": ((2, 3, 5), {"scale_factor": 3}),
+    "2d-x2": ((1, 4, 6, 5), {"scale_factor": 2}),
+    "2d-x4": ((1, 2, 3, 3), {"scale_factor": 4}),
+    "2d-unequal": ((1, 2, 4, 5), {"scale_factor": (3, 2)}),
+    "2d-one-dim": ((1, 2, 4, 5), {"scale_factor": (1, 2)}),
+    "2d-size": ((2, 3, 4, 6), {"size": (12, 12)}),
+    "3d-x2": ((1, 2, 3, 2, 4), {"scale_factor": 2}),
+}
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["export", "core-aten"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_integer_upsample_is_replicate_and_interleave(name, decompose):
+    shape, kwargs = CASES[name]
+    x = torch.randn(shape)
+    ep = export(Upsample(**kwargs), x, decompose=decompose)
+    (decision,) = phaseconv.explain(ep)
+    assert decision.applied, decision
+    rewritten = phaseconv.rewrite(ep)
+    assert not any("upsample" in str(n.target) for n in rewritten.graph.nodes)
+    assert torch.equal(run(rewritten, x), run(ep, x)), "a nearest upsample copies values: bit exact"
+
+
+@pytest.mark.parametrize("name", ["1d-x2", "2d-x2", "2d-unequal", "2d-size"])
+def test_upsample_through_the_runtime_in_one_partition(name):
+    shape, kwargs = CASES[name]
+    x = torch.randn(shape)
+    ep = export(Upsample(**kwargs), x)
+    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    (out,) = LoadedProgram(buffer).run((x,))
+    assert torch.equal(out, run(ep, x))
+
+
+class ConvUpConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(4, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(F.interpolate(self.a(x), scale_factor=2))
+
+
+def test_conv_upsample_conv_is_one_partition():
+    x = torch.randn(1, 4, 8, 8)
+    ep = export(ConvUpConv(), x)
+    stock = summarize_pte(to_xnnpack(ep).buffer)
+    assert stock.partitions == 2 and stock.outside, "stock splits the delegate at the upsample"
+    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    (out,) = LoadedProgram(buffer).run((x,))
+    torch.testing.assert_close(out, run(ep, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("shape", "kwargs", "words"),
+    [
+        ((1, 2, 5), {"scale_factor": 2.004}, "PyTorch's index arithmetic"),
+        ((1, 2, 6, 6), {"scale_factor": 1.5}, "not an integer multiple"),
+        ((1, 2, 6, 6), {"size": (6, 6)}, "scale 1"),
+    ],
+    ids=["2.004", "1.5", "scale-1"],
+)
+def test_non_integer_scales_are_declined(shape, kwargs, words):
+    x = torch.randn(shape)
+    ep = export(Upsample(**kwargs), x)
+    (decision,) = phaseconv.explain(ep)
+    assert not decision.applied and words in decision.reason, decision
+    torch.testing.assert_close(run(phaseconv.rewrite(ep), x), run(ep, x), rtol=0, atol=0)
