@@ -198,7 +198,7 @@ class OverlapAdd(nn.Module):
 def test_bias_read_by_another_op_stays_for_it():
     x, tail = torch.randn(1, 6, 5), torch.randn(1, 4, 4)
     ep = export(OverlapAdd(), x, tail)
-    rewritten = phaseconv.rewrite(ep)
+    rewritten = phaseconv.rewrite(ep, rules=["conv_transpose"])  # constant_operands would lift bias[:, None]
     assert transposed_convs(rewritten) == []
     assert "conv.bias" in rewritten.state_dict and "conv.weight" not in rewritten.state_dict
     for actual, expected in zip(run(rewritten, x, tail), run(ep, x, tail)):

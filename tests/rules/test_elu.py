@@ -31,10 +31,20 @@ def test_elu_positive_branch_is_exactly_the_input():
     assert torch.equal(run(rewritten, x), x)
 
 
+def test_elu_fp16_through_the_runtime_in_one_partition():
+    x = torch.linspace(-8, 8, 1001, dtype=torch.float16).reshape(1, 1, -1)
+    ep = export(nn.ELU(0.5), x)
+    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    (out,) = LoadedProgram(buffer).run((x,))
+    assert_close(out, run(ep, x))
+
+
 def test_elu_declines_other_dtypes_with_a_reason():
-    x = torch.randn(1, 4, 10, dtype=torch.float16)
+    x = torch.randn(1, 4, 10, dtype=torch.bfloat16)
     (decision,) = phaseconv.explain(export(nn.ELU(), x))
-    assert not decision.applied and "float16" in decision.reason
+    assert not decision.applied and "bfloat16" in decision.reason
 
 
 def test_selu_like_scales_are_declined():

@@ -42,6 +42,7 @@ class ProgramEditor:
         self.graph = program.graph
         self._specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
         self._derived: dict[tuple[str, str], Node] = {}
+        self._scalars: dict[str, Node] = {}
         self._touched: set[Node] = set()
         self._fake_mode = detect_fake_mode([n.meta["val"] for n in self.graph.nodes if "val" in n.meta])
 
@@ -118,6 +119,26 @@ class ProgramEditor:
         self._derived[cache_key] = new
         self._touched.update(_ancestors(node) | {node})
         return new
+
+    def scalar_constant(self, value: float, like: Node) -> Node:
+        """A lifted constant holding `value` with the dtype and rank of `like` (all sizes 1).
+
+        A Python number in an fp16 graph is lifted by ExecuTorch as an fp32 scalar and cast by a
+        portable copy outside the delegate; a 0-d operand also drags an NHWC activation back to
+        NCHW. A constant of the activation's dtype and rank has neither problem.
+        """
+        val = like.meta["val"]
+        name = f"phaseconv_{str(val.dtype).removeprefix('torch.')}_r{val.dim()}_{value!r}".replace(".", "_").replace(
+            "-", "m"
+        )
+        if name not in self._scalars:
+            data = torch.full([1] * val.dim(), value, dtype=val.dtype)
+            with self.graph.inserting_before(self._first_user_input()):
+                self._scalars[name] = create_constant_placeholder(
+                    self.program, self.graph, name, InputKind.CONSTANT_TENSOR, data
+                )
+            self._specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
+        return self._scalars[name]
 
     def _first_user_input(self) -> Node:
         for node in self.graph.nodes:

@@ -29,12 +29,31 @@ class ResidualUnit(nn.Module):
         return x + self.block(x)
 
 
-class SeanetDecoder(nn.Module):
-    """conv k7 -> [ELU, ConvTranspose1d(k = 2s, s), residual unit] per stride -> ELU, conv k7 -> audio."""
+class FrameUpsampler(nn.Module):
+    """Mimi's frame-rate upsampler: depthwise ConvTranspose1d(k4, s2, no bias), causal trim of k - s."""
 
-    def __init__(self, latent: int = 512, channels: int = 512, strides: tuple[int, ...] = (8, 6, 5, 4)):
+    def __init__(self, channels: int):
         super().__init__()
-        layers: list[nn.Module] = [nn.Conv1d(latent, channels, 7, padding=3)]
+        self.conv = nn.ConvTranspose1d(channels, channels, 4, 2, groups=channels, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)[..., :-2]
+
+
+class SeanetDecoder(nn.Module):
+    """[frame upsampler] -> conv k7 -> [ELU, ConvTranspose1d(k = 2s, s), residual unit] per stride
+    -> ELU, conv k7 -> audio."""
+
+    def __init__(
+        self,
+        latent: int = 512,
+        channels: int = 512,
+        strides: tuple[int, ...] = (8, 6, 5, 4),
+        frame_upsampler: bool = False,
+    ):
+        super().__init__()
+        layers: list[nn.Module] = [FrameUpsampler(latent)] if frame_upsampler else []
+        layers.append(nn.Conv1d(latent, channels, 7, padding=3))
         for stride in strides:
             layers += [nn.ELU(), CausalConvTranspose1d(channels, channels // 2, stride), ResidualUnit(channels // 2)]
             channels //= 2
@@ -46,7 +65,15 @@ class SeanetDecoder(nn.Module):
 
 
 def seanet_decoder(frames: int = 25, latent: int = 512, channels: int = 512) -> tuple[nn.Module, tuple[torch.Tensor]]:
-    """Mimi-like SEANet decoder (strides 8, 6, 5, 4: 960 samples per frame) and example latents."""
+    """SEANet decoder as in EnCodec (strides 8, 6, 5, 4: 960 samples per latent step) and example latents."""
     torch.manual_seed(0)
     model = SeanetDecoder(latent, channels).eval()
+    return model, (torch.randn(1, latent, frames),)
+
+
+def mimi_decoder(frames: int = 12, latent: int = 512, channels: int = 512) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """Mimi-like decoder: depthwise k4 s2 frame upsampler, then the SEANet decoder: 1920 samples per
+    12.5 Hz frame (12 frames: about 1 s at 24 kHz)."""
+    torch.manual_seed(0)
+    model = SeanetDecoder(latent, channels, frame_upsampler=True).eval()
     return model, (torch.randn(1, latent, frames),)

@@ -36,9 +36,8 @@ class EluRule:
         if node.kwargs.get("scale", scale) != 1 or node.kwargs.get("input_scale", input_scale) != 1:
             return Skip("ELU with scale or input_scale other than 1 (SELU-like) is not rewritten")
         dtype = node.args[0].meta["val"].dtype
-        if dtype != torch.float32:
-            # measured: in fp16 the scalar operands lower to a portable dtype copy outside the delegate
-            return Skip(f"ELU in {dtype}: only float32 lowers to XNNPACK alone so far")
+        if dtype not in (torch.float32, torch.float16):
+            return Skip(f"ELU in {dtype}: XNNPACK runs float32 and float16 only")
         return EluPlan(node, float(alpha))
 
     def describe(self, plan: EluPlan) -> str:
@@ -49,7 +48,8 @@ class EluRule:
         x = node.args[0]
         positive = editor.emit(node, aten.relu.default, x)
         negative = editor.emit(node, aten.exp.default, editor.emit(node, aten.clamp.default, x, None, 0.0))
+        alpha = editor.scalar_constant(plan.alpha, x)
         if plan.alpha != 1.0:
-            negative = editor.emit(node, aten.mul.Tensor, negative, plan.alpha)
-        negative = editor.emit(node, aten.sub.Tensor, negative, plan.alpha)
+            negative = editor.emit(node, aten.mul.Tensor, negative, alpha)
+        negative = editor.emit(node, aten.sub.Tensor, negative, alpha)
         editor.replace([node], editor.emit(node, aten.add.Tensor, positive, negative))

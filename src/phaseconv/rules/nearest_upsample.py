@@ -109,6 +109,7 @@ class NearestUpsampleRule:
     def apply(self, plan: ReplicatePlan, editor: ProgramEditor) -> None:
         node = plan.node
         x = node.args[0]
-        copies = [x] + [editor.emit(node, aten.mul.Tensor, x, 1.0) for _ in range(math.prod(plan.factors) - 1)]
+        one = editor.scalar_constant(1.0, x)
+        copies = [x] + [editor.emit(node, aten.mul.Tensor, x, one) for _ in range(math.prod(plan.factors) - 1)]
         phases = editor.emit(node, aten.cat.default, copies, 1)
         editor.replace([node], interleave(editor, node, phases, plan.factors, 1))

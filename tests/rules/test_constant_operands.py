@@ -1,0 +1,61 @@
+"""Scalar gains and low-rank constant operands lifted to the activation's rank."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import phaseconv
+from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.pte import summarize_pte
+from tests.helpers import assert_close, export, run
+
+
+class GainAndNoise(nn.Module):
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1).to(dtype)
+        self.register_buffer("noise", torch.randn(8, 8, dtype=dtype))
+        self.strength = nn.Parameter(torch.tensor(0.1, dtype=dtype))
+
+    def forward(self, x):
+        y = self.conv(x) + self.noise * self.strength
+        return self.conv(F.leaky_relu(y, 0.2) * 1.4142 - 3)
+
+
+def test_gain_and_noise_become_rank_4_constants():
+    x = torch.randn(1, 4, 8, 8)
+    ep = export(GainAndNoise(), x)
+    decisions = phaseconv.explain(ep)
+    assert [d.rule for d in decisions] == ["constant_operands"] * 3 and all(d.applied for d in decisions)
+    rewritten = phaseconv.rewrite(ep)
+    for node in rewritten.graph.nodes:
+        if node.target in (torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor, torch.ops.aten.sub.Tensor):
+            assert all(isinstance(a, torch.fx.Node) and a.meta["val"].dim() == 4 for a in node.args[:2]), node
+    assert "noise" not in rewritten.state_dict, "the folded noise * strength replaces the [H, W] buffer"
+    assert_close(run(rewritten, x), run(ep, x))
+    buffer = to_xnnpack(rewritten).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside
+    (out,) = LoadedProgram(buffer).run((x,))
+    assert_close(out, run(ep, x))
+
+
+def test_fp16_gain_leaves_no_cast_outside_the_delegate():
+    x = torch.randn(1, 4, 8, 8, dtype=torch.float16)
+    ep = export(GainAndNoise(torch.float16), x)
+    assert summarize_pte(to_xnnpack(ep).buffer).outside, "stock casts the lifted fp32 scalars outside"
+    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    (out,) = LoadedProgram(buffer).run((x,))
+    assert_close(out, run(ep, x), scale=float(run(ep, x).abs().max()))
+
+
+def test_operands_computed_from_inputs_are_left_alone():
+    class InputBias(nn.Module):
+        def forward(self, x, bias):
+            return x + bias
+
+    x, bias = torch.randn(1, 2, 4, 4), torch.randn(4, 4)
+    (decision,) = phaseconv.explain(export(InputBias(), x, bias))
+    assert not decision.applied and "program input" in decision.reason

@@ -1,0 +1,35 @@
+"""The reference models: after phaseconv.rewrite, one XNNPACK partition, nothing outside, eager's numbers."""
+
+import pytest
+import torch
+
+import phaseconv
+from phaseconv.models.audio import mimi_decoder
+from phaseconv.models.image import migan_generator
+from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.pte import summarize_pte
+from tests.helpers import assert_close, export, run
+
+SMALL = {
+    "mimi-decoder": lambda: mimi_decoder(frames=2, latent=32, channels=64),
+    "migan": lambda: migan_generator(size=32, width=8),
+    "migan-fp16": lambda: migan_generator(size=32, width=8, dtype=torch.float16),
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_reference_model_lowers_to_one_partition(name):
+    module, inputs = SMALL[name]()
+    ep = export(module, *inputs)
+    stock = summarize_pte(to_xnnpack(ep).buffer)
+    assert stock.partitions > 1 and stock.outside, "the stock lowering splits these models"
+    rewritten = phaseconv.rewrite(ep)
+    buffer = to_xnnpack(rewritten).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    assert summary.inside["XNNConvTranspose2d"] == 0
+    (out,) = LoadedProgram(buffer).run(inputs)
+    expected = run(ep, *inputs)
+    assert_close(out, expected, scale=float(expected.abs().max()))
+    if name == "mimi-decoder":
+        assert float((out - expected).abs().max()) * 32768 < 1, "within one 16-bit PCM step"
