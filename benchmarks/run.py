@@ -1,6 +1,6 @@
 """phaseconv benchmarks: stock vs rewritten programs through the ExecuTorch runtime.
 
-    python benchmarks/run.py [--runs 20] [--threads 1] [--json results/layers.json]
+    python benchmarks/run.py [--suite layers|models] [--runs 20] [--threads 1] [--json results/layers.json]
 
 Every program of a case runs once per round, interleaved in one process; the table gives medians.
 """
@@ -19,7 +19,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-console = Console(width=150)
+console = Console(width=190)
 
 
 def main(
@@ -27,6 +27,7 @@ def main(
     threads: int = typer.Option(1, help="XNNPACK threads"),
     json_path: Path = typer.Option(Path("results/layers.json"), "--json", help="where to write the results"),
     only: str = typer.Option("", help="run only cases whose name contains this"),
+    suite: str = typer.Option("layers", help="layers (single layers and operators) or models"),
 ) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
@@ -35,15 +36,25 @@ def main(
     import torch
 
     import phaseconv
-    from benchmarks.layers import depthwise_cases, layer_cases, operator_cases
+    from benchmarks.layers import LayerCase, depthwise_cases, layer_cases, operator_cases
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
+    if suite == "models":
+        from benchmarks.models import MODELS
+
+        cases = []
+        for name, factory in MODELS.items():
+            module, inputs = factory()
+            cases.append(LayerCase(name, module, inputs, None))
+    else:
+        cases = layer_cases() + depthwise_cases() + operator_cases()
     rows = []
-    cases = [c for c in layer_cases() + depthwise_cases() + operator_cases() if only in c.name]
-    for case in track(cases, description="benchmarking layers", console=console):
-        ep = torch.export.export(case.module, case.inputs)
+    cases = [c for c in cases if only in c.name]
+    for case in track(cases, description=f"benchmarking {suite}", console=console):
+        with torch.no_grad():
+            ep = torch.export.export(case.module, case.inputs)
         decisions = phaseconv.explain(ep)
         programs = {"stock": ep, "phaseconv": phaseconv.rewrite(ep)}
         if case.limit is not None:
@@ -55,7 +66,7 @@ def main(
             loaded[name] = LoadedProgram(buffer)
         with torch.no_grad():
             expected = case.module(*case.inputs)
-        error = float((loaded["phaseconv"].run(case.inputs)[0] - expected).abs().max())
+        error = float((loaded["phaseconv"].run(case.inputs)[0].float() - expected.float()).abs().max())
         times = interleaved_times({n: (lambda p=p, x=case.inputs: p.run(x)) for n, p in loaded.items()}, runs)
         ms = {name: median_ms(samples) for name, samples in times.items()}
         rows.append(
@@ -65,15 +76,17 @@ def main(
                 "speedup": ms["stock"] / ms["phaseconv"],
                 "vs_limit": ms["phaseconv"] / ms["limit"] if "limit" in ms else None,
                 "max_abs_error": error,
-                "applied": all(d.applied for d in decisions),
+                "applied": any(d.applied for d in decisions),
                 "decisions": [d.to_dict() for d in decisions],
                 "delegation": summaries,
             }
         )
 
-    table = Table(title=f"single layers, ExecuTorch XNNPACK, {threads} thread(s), median of {runs} interleaved runs")
-    for column in ("layer", "stock ms", "phaseconv ms", "limit ms", "speedup", "x limit", "max |err|", "rewritten"):
-        table.add_column(column, justify="right" if column != "layer" else "left")
+    table = Table(title=f"{suite}, ExecuTorch XNNPACK, {threads} thread(s), median of {runs} interleaved runs")
+    columns = ("case", "stock ms", "phaseconv ms", "limit ms", "speedup", "x limit", "max |err|", "rewritten")
+    columns += ("partitions", "outside (stock -> phaseconv)", "transposes")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("case", "outside (stock -> phaseconv)") else "right")
     for row in rows:
         ms = row["ms"]
         table.add_row(
@@ -85,6 +98,10 @@ def main(
             f"{row['vs_limit']:.2f}" if row["vs_limit"] else "-",
             f"{row['max_abs_error']:.1e}",
             "yes" if row["applied"] else "declined",
+            f"{row['delegation']['stock']['partitions']} -> {row['delegation']['phaseconv']['partitions']}",
+            f"{sum(row['delegation']['stock']['outside'].values())} -> "
+            f"{sum(row['delegation']['phaseconv']['outside'].values())}",
+            " -> ".join(str(row["delegation"][p]["layout_transposes"]) for p in ("stock", "phaseconv")),
         )
     speedups = [row["speedup"] for row in rows]
     geomean = torch.tensor(speedups).log().mean().exp().item()

@@ -181,21 +181,25 @@ def bench(
 
 @app.command()
 def demo(
-    frames: int = typer.Option(25, min=1, help="latent frames (80 ms of audio each)"),
+    frames: int = typer.Option(12, min=1, help="12.5 Hz latent frames (80 ms of audio each)"),
     runs: int = typer.Option(20, min=1, help="timed runs per program"),
     threads: int = typer.Option(1, min=1, help="XNNPACK threads"),
 ) -> None:
-    """Export a Mimi-like audio decoder, rewrite it, and compare stock and rewritten programs on XNNPACK."""
+    """Export a Mimi-like audio decoder, rewrite it, and compare stock and rewritten programs on XNNPACK.
+
+    The decoder: depthwise k4 s2 frame upsampler, then SEANet (ELU + ConvTranspose1d(k = 2s) at strides
+    8, 6, 5, 4 with residual units); random weights.
+    """
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(threads)
     import torch
 
     from phaseconv.compare import lower_stock_and_rewritten, time_variants
-    from phaseconv.models.audio import seanet_decoder
+    from phaseconv.models.audio import mimi_decoder
 
-    model, inputs = seanet_decoder(frames)
-    console.print(f"[bold]Mimi-like SEANet decoder[/]: latents {list(inputs[0].shape)} -> audio")
+    model, inputs = mimi_decoder(frames)
+    console.print(f"[bold]Mimi-like decoder[/]: latents {list(inputs[0].shape)} -> {frames * 1920} audio samples")
     with torch.no_grad():
         ep = torch.export.export(model, inputs)
     comparison = lower_stock_and_rewritten(ep, inputs)

@@ -73,7 +73,7 @@ def test_inspect_reads_the_file(pte):
 def test_demo_model_by_name():
     result = phaseconv("explain", "demo:mimi-decoder", "--json")
     assert result.returncode == 0
-    assert [d["rule"] for d in json.loads(result.stdout)].count("conv_transpose") == 4
+    assert [d["rule"] for d in json.loads(result.stdout)].count("conv_transpose") == 5  # + frame upsampler
 
 
 def test_bench_writes_json_and_plot(tmp_path):

@@ -353,3 +353,35 @@ def test_explain_reports_every_candidate_with_its_rule():
     assert [d.node for d in decisions] == ["conv_transpose1d", "elu", "conv_transpose1d_1"]
     only = phaseconv.explain(export(module, torch.randn(1, 8, 5)), rules=["conv_transpose"])
     assert [d.rule for d in only] == ["conv_transpose"] * 2
+
+
+@pytest.mark.parametrize(
+    "activation", [nn.ReLU(), nn.Hardtanh(-0.5, 0.5), nn.ReLU6()], ids=["relu", "hardtanh", "relu6"]
+)
+@pytest.mark.parametrize("name", ["2d-k4-s2-p1", "dac-k16-s8-p4", "2d-depthwise-migan-k4-s2"])
+def test_activation_moves_before_the_interleave(name, activation):
+    """Elementwise, so it commutes with the interleave and the crop; next to the conv XNNPACK fuses it."""
+    module, x = make_case(name)
+    model = nn.Sequential(module, activation)
+    rewritten = rewrite_and_compare(model, x)
+    (decision,) = phaseconv.explain(export(model, x), EXHAUSTIVE)
+    assert "before the interleave" in decision.detail
+    for node in rewritten.graph.nodes:
+        if node.target == torch.ops.aten.convolution.default:
+            assert [user.target for user in node.users] != [torch.ops.aten.view.default], "activation first"
+
+
+def test_activation_with_other_readers_stays_after():
+    class TwoReaders(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.ConvTranspose1d(4, 4, 8, 4)
+
+        def forward(self, x):
+            y = self.up(x)
+            return torch.relu(y) + y
+
+    x = torch.randn(1, 4, 5)
+    rewrite_and_compare(TwoReaders(), x)
+    (decision,) = phaseconv.explain(export(TwoReaders(), x), ["conv_transpose"])
+    assert "before the interleave" not in decision.detail

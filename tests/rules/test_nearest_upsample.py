@@ -94,3 +94,29 @@ def test_non_integer_scales_are_declined(shape, kwargs, words):
     (decision,) = phaseconv.explain(ep)
     assert not decision.applied and words in decision.reason, decision
     torch.testing.assert_close(run(phaseconv.rewrite(ep), x), run(ep, x), rtol=0, atol=0)
+
+
+def test_quantized_conv_upsample_conv_is_one_int8_partition():
+    """PT2E with the XNNPACK quantizer: the copies keep the input's quantization, so nothing but the
+    program's own input and output is converted between int8 and float."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    x = torch.randn(1, 4, 8, 8)
+    module = torch.export.export(ConvUpConv().eval(), (x,)).module()
+    prepared = prepare_pt2e(module, XNNPACKQuantizer().set_global(get_symmetric_quantization_config()))
+    prepared(x)
+    ep = torch.export.export(convert_pt2e(prepared), (x,))
+    (decision,) = phaseconv.explain(ep)
+    assert decision.applied and "int8" in decision.detail
+    rewritten = phaseconv.rewrite(ep)
+    assert torch.equal(run(rewritten, x), run(ep, x)), "the same int8 values, copied"
+    buffer = to_xnnpack(rewritten).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    assert summary.inside["XNNConvert"] == 2, "only the program input and output change representation"
+    (out,) = LoadedProgram(buffer).run((x,))
+    torch.testing.assert_close(out, run(ep, x), rtol=0, atol=0.05)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch.fx import Node
@@ -13,19 +14,27 @@ from phaseconv.math.polyphase import interleave_steps
 aten = torch.ops.aten
 
 
-def interleave(editor: ProgramEditor, anchor: Node, phases: Node, stride: list[int], groups: int) -> Node:
+def interleave(
+    editor: ProgramEditor,
+    anchor: Node,
+    phases: Node,
+    stride: list[int],
+    groups: int,
+    requantize: Callable[[Node], Node] = lambda node: node,
+) -> Node:
     """Emit view/permute steps turning [N, g*prod(s)*C/g, Q...] into [N, C, Q_1*s_1, ...].
 
     The permutes are `permute_copy` so that every view reads a contiguous tensor: no clone, which
-    XNNPACK would run as an extra copy (and delegates in fp32 only).
+    XNNPACK would run as an extra copy (and delegates in fp32 only). In a quantized graph
+    `requantize` wraps every intermediate result in quantize/dequantize, so the steps run in int8.
     """
     batch, total, *blocks = phases.meta["val"].shape
     channels = total // (groups * math.prod(stride))
     lead = batch * groups if isinstance(batch, int) else -1
     result = phases
     for step in interleave_steps(lead, stride, channels, blocks):
-        result = editor.emit(anchor, aten.view.default, result, list(step.view_shape))
-        result = editor.emit(anchor, aten.permute_copy.default, result, list(step.permutation))
+        result = requantize(editor.emit(anchor, aten.view.default, result, list(step.view_shape)))
+        result = requantize(editor.emit(anchor, aten.permute_copy.default, result, list(step.permutation)))
     batch = batch if isinstance(batch, int) else -1
     return editor.emit(
         anchor, aten.view.default, result, [batch, groups * channels, *(q * s for q, s in zip(blocks, stride))]

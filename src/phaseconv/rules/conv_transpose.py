@@ -106,6 +106,7 @@ class PolyphasePlan:
     windows: list[PhaseWindow]
     out_channels: int
     mac_overhead: float
+    activation: Node | None = None  # a clamp-type activation moved before the interleave, next to the conv
 
     @property
     def depthwise(self) -> bool:
@@ -123,8 +124,14 @@ class ConvTransposeRule:
 
     name = "conv_transpose"
 
-    def __init__(self, max_mac_overhead: float = MAX_MAC_OVERHEAD, max_depthwise_mac_overhead: float | None = None):
+    def __init__(
+        self,
+        max_mac_overhead: float = MAX_MAC_OVERHEAD,
+        max_depthwise_mac_overhead: float | None = None,
+        commute_activations: bool = True,
+    ):
         self.max_mac_overhead = max_mac_overhead
+        self.commute_activations = commute_activations
         self.max_depthwise_mac_overhead = (
             max(max_mac_overhead, MAX_DEPTHWISE_MAC_OVERHEAD)
             if max_depthwise_mac_overhead is None
@@ -163,7 +170,8 @@ class ConvTransposeRule:
             n * k for n, k in zip(lengths, kernel)
         )
         out_channels = conv.weight.meta["val"].shape[1] * conv.groups
-        plan = PolyphasePlan(node, conv, folded, windows, out_channels, overhead)
+        activation = _fusable_activation(folded[-1] if folded else node) if self.commute_activations else None
+        plan = PolyphasePlan(node, conv, folded, windows, out_channels, overhead, activation)
         limit = self.max_depthwise_mac_overhead if plan.depthwise else self.max_mac_overhead
         if overhead > limit:
             return Skip(
@@ -185,6 +193,8 @@ class ConvTransposeRule:
                 text += f", {plan.conv.groups} groups"
         if plan.folded_slices:
             text += f", folded {len(plan.folded_slices)} slice(s)"
+        if plan.activation is not None:
+            text += f", {plan.activation.target.__name__.split('.')[1]} before the interleave"
         return text
 
     def apply(self, plan: PolyphasePlan, editor: ProgramEditor) -> None:
@@ -192,7 +202,8 @@ class ConvTransposeRule:
         stride_key = "x".join(map(str, conv.stride))
         dilation_key = "x".join(map(str, conv.dilation))
         key = f"phases_s{stride_key}_d{dilation_key}_g{conv.groups}"
-        anchor = plan.folded_slices[-1] if plan.folded_slices else node
+        replaced = [node, *plan.folded_slices] + ([plan.activation] if plan.activation is not None else [])
+        anchor = replaced[-1]
         # Read the input now, not at check time: an earlier rewrite may have replaced it.
         x = node.args[0]
         for dim, window in enumerate(plan.windows, start=2):
@@ -208,19 +219,12 @@ class ConvTransposeRule:
             x = editor.emit(anchor, aten.constant_pad_nd.default, x, extra, 0.0)
 
         def phase_conv(weight: Node, bias: Node | None) -> Node:
-            return editor.emit(
-                anchor,
-                aten.convolution.default,
-                x,
-                weight,
-                bias,
-                [1] * d,
-                symmetric,
-                [1] * d,
-                False,
-                [0] * d,
-                conv.groups,
-            )
+            args = (x, weight, bias, [1] * d, symmetric, [1] * d, False, [0] * d, conv.groups)
+            phases = editor.emit(anchor, aten.convolution.default, *args)
+            if plan.activation is not None:  # elementwise: commutes with the interleave and the crop
+                act = plan.activation
+                phases = editor.emit(anchor, act.target, phases, *act.args[1:], **act.kwargs)
+            return phases
 
         def phases_of(w: torch.Tensor) -> torch.Tensor:
             return phase_weight(w, conv.stride, conv.dilation, conv.groups)
@@ -252,7 +256,21 @@ class ConvTransposeRule:
         for dim, window in enumerate(plan.windows, start=2):
             if window.needs_crop:
                 result = editor.emit(anchor, aten.slice.Tensor, result, dim, window.crop_start, window.crop_stop)
-        editor.replace([node, *plan.folded_slices], result)
+        editor.replace(replaced, result)
+
+
+# Activations XNNPACK fuses into the convolution that produces their input (FuseActivationPass).
+FUSABLE_ACTIVATIONS = (aten.relu.default, aten.hardtanh.default, aten.clamp.default)
+
+
+def _fusable_activation(output: Node) -> Node | None:
+    """The only user of the deconvolution's output, if it is an activation XNNPACK fuses into a conv."""
+    if len(output.users) != 1:
+        return None
+    (user,) = output.users
+    if user.op == "call_function" and user.target in FUSABLE_ACTIVATIONS and user.args[0] is output:
+        return user
+    return None
 
 
 def _trimming_slices(node: Node, conv: ConvTranspose, lengths: list[int], kernel: list[int]):

@@ -31,10 +31,25 @@ UPSAMPLE_NEAREST = {
 }
 
 
+QUANTIZE = torch.ops.quantized_decomposed.quantize_per_tensor.default
+DEQUANTIZE = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+
+
 @dataclass(frozen=True)
 class ReplicatePlan:
     node: Node
     factors: list[int]
+    quantization: tuple | None = None  # (quantized input, qparams) when the upsample runs between dq and q
+
+
+def shared_quantization(node: Node) -> tuple | None:
+    """dq(q_x, params) -> upsample -> q(params): the upsample of a statically quantized graph."""
+    x, users = node.args[0], list(node.users)
+    if not (isinstance(x, Node) and x.op == "call_function" and x.target == DEQUANTIZE):
+        return None
+    if len(users) != 1 or users[0].target != QUANTIZE or tuple(users[0].args[1:]) != tuple(x.args[1:]):
+        return None
+    return x.args[0], tuple(x.args[1:])
 
 
 def is_spatial_gather(node: Node) -> bool:
@@ -101,15 +116,30 @@ class NearestUpsampleRule:
                 f"{lengths} -> {outputs}, but PyTorch's index arithmetic does not pick every input "
                 f"{factors} times in a row: not an integer upsample"
             )
-        return ReplicatePlan(node, factors)
+        return ReplicatePlan(node, factors, shared_quantization(node))
 
     def describe(self, plan: ReplicatePlan) -> str:
-        return f"x{'x'.join(map(str, plan.factors))}: {math.prod(plan.factors)} copies + interleave"
+        text = f"x{'x'.join(map(str, plan.factors))}: {math.prod(plan.factors)} copies + interleave"
+        return text + (", int8 with the input's quantization" if plan.quantization else "")
 
     def apply(self, plan: ReplicatePlan, editor: ProgramEditor) -> None:
         node = plan.node
         x = node.args[0]
-        one = editor.scalar_constant(1.0, x)
-        copies = [x] + [editor.emit(node, aten.mul.Tensor, x, one) for _ in range(math.prod(plan.factors) - 1)]
-        phases = editor.emit(node, aten.cat.default, copies, 1)
-        editor.replace([node], interleave(editor, node, phases, plan.factors, 1))
+        copies = math.prod(plan.factors)
+        if plan.quantization is None:
+            one = editor.scalar_constant(1.0, x)
+            others = [editor.emit(node, aten.mul.Tensor, x, one) for _ in range(copies - 1)]
+            phases = editor.emit(node, aten.cat.default, [x, *others], 1)
+            editor.replace([node], interleave(editor, node, phases, plan.factors, 1))
+            return
+        # Quantized: each copy is its own dequantize of the int8 input (distinct nodes for cat, no
+        # arithmetic), and every step is requantized with the same parameters: the values stay on
+        # the input's int8 grid, exactly, and XNNPACK runs the whole chain in int8.
+        source, params = plan.quantization
+
+        def requantize(value: Node) -> Node:
+            return editor.emit(node, DEQUANTIZE, editor.emit(node, QUANTIZE, value, *params), *params)
+
+        dequantized = [editor.emit(node, DEQUANTIZE, source, *params) for _ in range(copies)]
+        phases = requantize(editor.emit(node, aten.cat.default, dequantized, 1))
+        editor.replace([node], interleave(editor, node, phases, plan.factors, 1, requantize))
