@@ -385,3 +385,15 @@ def test_activation_with_other_readers_stays_after():
     rewrite_and_compare(TwoReaders(), x)
     (decision,) = phaseconv.explain(export(TwoReaders(), x), ["conv_transpose"])
     assert "before the interleave" not in decision.detail
+
+
+@pytest.mark.parametrize("name", ["2d-k4-s2-p1", "depthwise-mimi-k4-s2", "grouped-g2"])
+def test_dynamic_batch(name):
+    """Only spatial sizes must be static: the interleave's views take -1 for the batch."""
+    module, x = make_case(name)
+    ep = export(module, x, dynamic_shapes=({0: Dim("batch", min=1, max=8)},))
+    rewritten = phaseconv.rewrite(ep, EXHAUSTIVE)
+    assert transposed_convs(rewritten) == []
+    for batch in (1, 3):
+        other = torch.randn(batch, *x.shape[1:])
+        assert_close(run(rewritten, other), run(ep, other))
