@@ -63,10 +63,36 @@ class Nearest(nn.Module):
         return nn.functional.interpolate(x, scale_factor=self.scale, mode="nearest")
 
 
+class GainAndNoise(nn.Module):
+    """StyleGAN's conv -> + noise[H, W] * strength -> leaky ReLU * sqrt(2) (the constant_operands rule)."""
+
+    def __init__(self, channels: int, size: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.register_buffer("noise", torch.randn(size, size))
+        self.strength = nn.Parameter(torch.tensor(0.1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x) + self.noise * self.strength
+        return nn.functional.leaky_relu(y, 0.2) * 1.4142
+
+
 def operator_cases() -> list[LayerCase]:
-    """Operators XNNPACK leaves to portable kernels: ELU and nearest upsampling."""
+    """Operators XNNPACK leaves to portable kernels (ELU, nearest upsampling) and scalar/low-rank operands."""
     torch.manual_seed(0)
     return [
+        LayerCase(
+            "conv + noise[H,W] + gain fp32 [1,32,128,128]",
+            GainAndNoise(32, 128).eval(),
+            (torch.randn(1, 32, 128, 128),),
+            None,
+        ),
+        LayerCase(
+            "conv + noise[H,W] + gain fp16 [1,32,128,128]",
+            GainAndNoise(32, 128).eval().half(),
+            (torch.randn(1, 32, 128, 128, dtype=torch.float16),),
+            None,
+        ),
         LayerCase("elu [1,64,6000]", nn.ELU().eval(), (torch.randn(1, 64, 6000),), None),
         LayerCase("nearest x2 [1,64,64,64]", Nearest(2).eval(), (torch.randn(1, 64, 64, 64),), None),
         LayerCase("nearest x2 1d [1,128,2000]", Nearest(2).eval(), (torch.randn(1, 128, 2000),), None),
