@@ -1,8 +1,9 @@
 """Transposed convolution -> one stride-1 polyphase convolution + interleave of the phases + crop.
 
-See phaseconv.math.polyphase for the identity. The rule covers dense (groups == 1) 1-D, 2-D and
-3-D transposed convolutions in both export forms (`aten.conv_transpose{1,2,3}d` and
-`aten.convolution(..., transposed=True)`), and folds a slice that trims the output into the crop.
+See phaseconv.math.polyphase for the identity. The rule covers dense, grouped and depthwise 1-D,
+2-D and 3-D transposed convolutions in both export forms (`aten.conv_transpose{1,2,3}d` and
+`aten.convolution(..., transposed=True)`), folds a slice that trims the output into the window, and
+moves a clamp-type activation that only reads the output in front of the interleave.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class PolyphasePlan:
 
 
 class ConvTransposeRule:
-    """Dense transposed convolution -> polyphase convolution + interleave + crop."""
+    """Transposed convolution -> polyphase convolution(s) + interleave + crop."""
 
     name = "conv_transpose"
 
