@@ -16,10 +16,11 @@ for _logger in _noisy:
 try:
     from phaseconv.errors import PhaseconvError
     from phaseconv.lowering import LoweredProgram, inspect, lower
+    from phaseconv.prepare import prepare
     from phaseconv.report import Decision
     from phaseconv.rewrite import explain, rewrite
 finally:
     for _logger, _level in zip(_noisy, _levels):
         _logger.setLevel(_level)
 
-__all__ = ["Decision", "LoweredProgram", "PhaseconvError", "explain", "inspect", "lower", "rewrite"]
+__all__ = ["Decision", "LoweredProgram", "PhaseconvError", "explain", "inspect", "lower", "prepare", "rewrite"]

@@ -1,0 +1,93 @@
+"""phaseconv.prepare: weight_norm baked, transformers' tensor-valued conv settings made static."""
+
+import pytest
+import torch
+from torch import nn
+
+import phaseconv
+from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.pte import summarize_pte
+from tests.helpers import assert_close, export, run, transposed_convs
+
+
+class WeightNormed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.utils.parametrizations.weight_norm(nn.ConvTranspose1d(4, 4, 8, 4))
+        self.conv = nn.utils.weight_norm(nn.Conv1d(4, 2, 3, padding=1))  # the older, hook-based form
+
+    def forward(self, x):
+        return self.conv(self.up(x))
+
+
+def test_weight_norm_is_baked_and_the_original_untouched():
+    model, x = WeightNormed().eval(), torch.randn(1, 4, 6)
+    prepared = phaseconv.prepare(model)
+    assert not any(nn.utils.parametrize.is_parametrized(m) for m in prepared.modules())
+    assert not hasattr(prepared.conv, "weight_g")
+    assert nn.utils.parametrize.is_parametrized(model.up) and hasattr(model.conv, "weight_g")
+    with torch.no_grad():
+        torch.testing.assert_close(prepared(x), model(x), rtol=0, atol=0)
+    ep = export(prepared, x)
+    summary = summarize_pte(to_xnnpack(phaseconv.rewrite(ep)).buffer)
+    assert summary.partitions == 1 and not summary.outside, "constant weights: every conv delegated"
+
+
+def test_prepare_rejects_what_is_not_a_module():
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        phaseconv.prepare("model.pt2")
+
+
+class MimiLatentsToAudio(nn.Module):
+    def __init__(self, decoder):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, latents):
+        return self.decoder(latents).audio_values
+
+
+@pytest.fixture(scope="module")
+def mimi():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.mimi.configuration_mimi import MimiDecoderConfig
+
+    torch.manual_seed(0)
+    config = MimiDecoderConfig(
+        hidden_size=32,
+        num_filters=4,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=64,
+        upsample_groups=32,
+        upsampling_ratios=[4, 2],
+        codebook_dim=16,
+        vector_quantization_hidden_dimension=16,
+    )
+    return MimiLatentsToAudio(transformers.AutoModel.from_config(config).eval()), torch.randn(1, 32, 2)
+
+
+def test_mimi_without_prepare_has_data_dependent_lengths(mimi):
+    model, latents = mimi
+    decisions = phaseconv.explain(export(model, latents))
+    declined = [d for d in decisions if d.rule == "conv_transpose" and not d.applied]
+    assert declined and all("dynamic spatial shape" in d.reason for d in declined)
+
+
+def test_mimi_prepared_lowers_with_every_deconvolution_rewritten(mimi):
+    model, latents = mimi
+    prepared = phaseconv.prepare(model)
+    with torch.no_grad():
+        torch.testing.assert_close(prepared(latents), model(latents), rtol=0, atol=0)
+    ep = export(prepared, latents)
+    rewritten = phaseconv.rewrite(ep)
+    assert transposed_convs(rewritten) == [], phaseconv.explain(ep)
+    buffer = to_xnnpack(rewritten).buffer
+    summary = summarize_pte(buffer)
+    assert summary.inside["XNNConvTranspose2d"] == 0 and "aten::elu.out" not in summary.outside
+    (audio,) = LoadedProgram(buffer).run((latents,))
+    expected = run(ep, latents)
+    assert_close(audio, expected, scale=float(expected.abs().max()))
+    assert float((audio - expected).abs().max()) * 32768 < 1, "within one 16-bit PCM step"
