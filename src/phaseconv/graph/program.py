@@ -120,25 +120,31 @@ class ProgramEditor:
         self._touched.update(_ancestors(node) | {node})
         return new
 
-    def scalar_constant(self, value: float, like: Node) -> Node:
-        """A lifted constant holding `value` with the dtype and rank of `like` (all sizes 1).
+    def new_constant(self, data: torch.Tensor, key: str) -> Node:
+        """A lifted constant holding `data`, created once per key.
 
-        A Python number in an fp16 graph is lifted by ExecuTorch as an fp32 scalar and cast by a
-        portable copy outside the delegate; a 0-d operand also drags an NHWC activation back to
-        NCHW. A constant of the activation's dtype and rank has neither problem.
+        Keys name the node that reads the constant: ExecuTorch cannot lower a lifted constant that
+        two delegate partitions read (its unlifting of the partition then fails), so none is shared.
         """
-        val = like.meta["val"]
-        name = f"phaseconv_{str(val.dtype).removeprefix('torch.')}_r{val.dim()}_{value!r}".replace(".", "_").replace(
-            "-", "m"
-        )
+        name = f"phaseconv_{key}_{str(data.dtype).removeprefix('torch.')}"
         if name not in self._scalars:
-            data = torch.full([1] * val.dim(), value, dtype=val.dtype)
             with self.graph.inserting_before(self._first_user_input()):
                 self._scalars[name] = create_constant_placeholder(
                     self.program, self.graph, name, InputKind.CONSTANT_TENSOR, data
                 )
             self._specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
         return self._scalars[name]
+
+    def scalar_constant(self, value: float, like: Node) -> Node:
+        """A lifted constant holding `value` with the dtype and rank of `like` (all sizes 1).
+
+        A Python number in an fp16 graph is lifted by ExecuTorch as an fp32 scalar and cast by a
+        portable copy outside the delegate; a 0-d operand also drags an NHWC activation back to
+        NCHW. A constant of the activation's dtype and rank has neither problem. One per `like`.
+        """
+        val = like.meta["val"]
+        key = f"{like.name}_{value!r}".replace(".", "_").replace("-", "m")
+        return self.new_constant(torch.full([1] * val.dim(), value, dtype=val.dtype), key)
 
     def _first_user_input(self) -> Node:
         for node in self.graph.nodes:

@@ -4,9 +4,16 @@ from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.constant_operands import ConstantOperandRule
 from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.elu import EluRule
+from phaseconv.rules.layer_norm import LayerNormRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
 
-DEFAULT_RULES: tuple[Rule, ...] = (ConvTransposeRule(), NearestUpsampleRule(), EluRule(), ConstantOperandRule())
+DEFAULT_RULES: tuple[Rule, ...] = (
+    ConvTransposeRule(),
+    NearestUpsampleRule(),
+    EluRule(),
+    LayerNormRule(),
+    ConstantOperandRule(),
+)
 RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}
 
 __all__ = ["DEFAULT_RULES", "RULES_BY_NAME", "Rule", "Skip", "resolve_rules"]
