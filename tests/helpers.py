@@ -40,6 +40,29 @@ def assert_close(actual, expected, scale: float = 1.0) -> None:
     torch.testing.assert_close(actual, expected, rtol=tol["rtol"], atol=tol["atol"] * max(1.0, scale))
 
 
+def lower_and_run(ep: ExportedProgram, *inputs: torch.Tensor):
+    """Lower to XNNPACK, load the bytes with the ExecuTorch runtime, run: (delegation summary, outputs)."""
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.pte import summarize_pte
+
+    buffer = to_xnnpack(ep).buffer
+    return summarize_pte(buffer), LoadedProgram(buffer).run(inputs)
+
+
+def assert_one_partition_matching(
+    rewritten: ExportedProgram, reference: ExportedProgram, *inputs: torch.Tensor, scaled: bool = False
+):
+    """The rewritten program lowers to one XNNPACK partition with nothing outside, and its runtime
+    outputs match eager on the reference program (absolute tolerance scaled by the output's
+    magnitude when `scaled`). Returns the delegation summary and the runtime outputs."""
+    summary, outputs = lower_and_run(rewritten, *inputs)
+    assert summary.partitions == 1 and not summary.outside, summary
+    expected = run(reference, *inputs)
+    for actual, wanted in zip(outputs, expected if isinstance(expected, (tuple, list)) else [expected], strict=True):
+        assert_close(actual, wanted, scale=float(wanted.abs().max()) if scaled else 1.0)
+    return summary, outputs
+
+
 def rewrite_and_compare(
     module: torch.nn.Module, *inputs: torch.Tensor, decompose: bool = False, rules=EXHAUSTIVE
 ) -> ExportedProgram:

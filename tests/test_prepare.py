@@ -5,9 +5,9 @@ import torch
 from torch import nn
 
 import phaseconv
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import assert_close, export, run, transposed_convs
+from tests.helpers import assert_close, export, lower_and_run, run, transposed_convs
 
 
 class WeightNormed(nn.Module):
@@ -84,10 +84,8 @@ def test_mimi_prepared_lowers_with_every_deconvolution_rewritten(mimi):
     ep = export(prepared, latents)
     rewritten = phaseconv.rewrite(ep)
     assert transposed_convs(rewritten) == [], phaseconv.explain(ep)
-    buffer = to_xnnpack(rewritten).buffer
-    summary = summarize_pte(buffer)
+    summary, (audio,) = lower_and_run(rewritten, latents)
     assert summary.inside["XNNConvTranspose2d"] == 0 and "aten::elu.out" not in summary.outside
-    (audio,) = LoadedProgram(buffer).run((latents,))
     expected = run(ep, latents)
     assert_close(audio, expected, scale=float(expected.abs().max()))
     assert float((audio - expected).abs().max()) * 32768 < 1, "within one 16-bit PCM step"

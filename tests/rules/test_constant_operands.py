@@ -5,9 +5,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import phaseconv
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import assert_close, export, run
+from tests.helpers import assert_close, assert_one_partition_matching, export, run
 
 
 class GainAndNoise(nn.Module):
@@ -33,22 +33,14 @@ def test_gain_and_noise_become_rank_4_constants():
             assert all(isinstance(a, torch.fx.Node) and a.meta["val"].dim() == 4 for a in node.args[:2]), node
     assert "noise" not in rewritten.state_dict, "the folded noise * strength replaces the [H, W] buffer"
     assert_close(run(rewritten, x), run(ep, x))
-    buffer = to_xnnpack(rewritten).buffer
-    summary = summarize_pte(buffer)
-    assert summary.partitions == 1 and not summary.outside
-    (out,) = LoadedProgram(buffer).run((x,))
-    assert_close(out, run(ep, x))
+    assert_one_partition_matching(rewritten, ep, x)
 
 
 def test_fp16_gain_leaves_no_cast_outside_the_delegate():
     x = torch.randn(1, 4, 8, 8, dtype=torch.float16)
     ep = export(GainAndNoise(torch.float16), x)
     assert summarize_pte(to_xnnpack(ep).buffer).outside, "stock casts the lifted fp32 scalars outside"
-    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
-    summary = summarize_pte(buffer)
-    assert summary.partitions == 1 and not summary.outside, summary
-    (out,) = LoadedProgram(buffer).run((x,))
-    assert_close(out, run(ep, x), scale=float(run(ep, x).abs().max()))
+    assert_one_partition_matching(phaseconv.rewrite(ep), ep, x, scaled=True)
 
 
 def test_operands_computed_from_inputs_are_left_alone():

@@ -5,9 +5,7 @@ import torch
 from torch import nn
 
 import phaseconv
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
-from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import assert_close, export, run
+from tests.helpers import assert_close, assert_one_partition_matching, export, run
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 2.0])
@@ -18,11 +16,7 @@ def test_elu_matches_eager_and_runs_in_one_partition(alpha, decompose):
     rewritten = phaseconv.rewrite(ep)
     assert not any(n.target == torch.ops.aten.elu.default for n in rewritten.graph.nodes)
     assert_close(run(rewritten, x), run(ep, x))
-    buffer = to_xnnpack(rewritten).buffer
-    summary = summarize_pte(buffer)
-    assert summary.partitions == 1 and not summary.outside, summary
-    (out,) = LoadedProgram(buffer).run((x,))
-    assert_close(out, run(ep, x))
+    assert_one_partition_matching(rewritten, ep, x)
 
 
 def test_elu_positive_branch_is_exactly_the_input():
@@ -34,11 +28,7 @@ def test_elu_positive_branch_is_exactly_the_input():
 def test_elu_fp16_through_the_runtime_in_one_partition():
     x = torch.linspace(-8, 8, 1001, dtype=torch.float16).reshape(1, 1, -1)
     ep = export(nn.ELU(0.5), x)
-    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
-    summary = summarize_pte(buffer)
-    assert summary.partitions == 1 and not summary.outside, summary
-    (out,) = LoadedProgram(buffer).run((x,))
-    assert_close(out, run(ep, x))
+    assert_one_partition_matching(phaseconv.rewrite(ep), ep, x)
 
 
 def test_elu_declines_other_dtypes_with_a_reason():

@@ -5,9 +5,9 @@ import torch
 from torch import nn
 
 import phaseconv
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import assert_close, export, run
+from tests.helpers import assert_close, assert_one_partition_matching, export, lower_and_run, run
 
 
 @pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
@@ -24,11 +24,7 @@ def test_layer_norm_matches_eager_in_one_partition(shape, decompose, affine):
     rewritten = phaseconv.rewrite(ep)
     assert not any(n.op == "call_function" and "layer_norm" in str(n.target) for n in rewritten.graph.nodes)
     assert_close(run(rewritten, x), run(ep, x))
-    buffer = to_xnnpack(rewritten).buffer
-    summary = summarize_pte(buffer)
-    assert summary.partitions == 1 and not summary.outside, summary
-    (out,) = LoadedProgram(buffer).run((x,))
-    assert_close(out, run(ep, x))
+    assert_one_partition_matching(rewritten, ep, x)
 
 
 def test_stock_runs_layer_norm_portable():
@@ -58,8 +54,6 @@ def test_constants_are_not_shared_across_partitions():
     """ExecuTorch fails to lower a lifted constant that two partitions read: each rewrite has its own."""
     x = torch.randn(1, 4, 8)
     ep = export(SplitByPortableOp(), x)
-    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
-    summary = summarize_pte(buffer)
+    summary, (out,) = lower_and_run(phaseconv.rewrite(ep), x)
     assert summary.partitions == 2 and list(summary.outside) == ["aten::cumsum.out"], summary
-    (out,) = LoadedProgram(buffer).run((x,))
     assert_close(out, run(ep, x))

@@ -6,9 +6,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import phaseconv
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import export, run
+from tests.helpers import export, lower_and_run, run
 
 
 class Upsample(nn.Module):
@@ -50,10 +50,8 @@ def test_upsample_through_the_runtime_in_one_partition(name):
     shape, kwargs = CASES[name]
     x = torch.randn(shape)
     ep = export(Upsample(**kwargs), x)
-    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
-    summary = summarize_pte(buffer)
+    summary, (out,) = lower_and_run(phaseconv.rewrite(ep), x)
     assert summary.partitions == 1 and not summary.outside, summary
-    (out,) = LoadedProgram(buffer).run((x,))
     assert torch.equal(out, run(ep, x))
 
 
@@ -72,10 +70,8 @@ def test_conv_upsample_conv_is_one_partition():
     ep = export(ConvUpConv(), x)
     stock = summarize_pte(to_xnnpack(ep).buffer)
     assert stock.partitions == 2 and stock.outside, "stock splits the delegate at the upsample"
-    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
-    summary = summarize_pte(buffer)
+    summary, (out,) = lower_and_run(phaseconv.rewrite(ep), x)
     assert summary.partitions == 1 and not summary.outside, summary
-    (out,) = LoadedProgram(buffer).run((x,))
     torch.testing.assert_close(out, run(ep, x), rtol=1e-5, atol=1e-5)
 
 
@@ -114,9 +110,7 @@ def test_quantized_conv_upsample_conv_is_one_int8_partition():
     assert decision.applied and "int8" in decision.detail
     rewritten = phaseconv.rewrite(ep)
     assert torch.equal(run(rewritten, x), run(ep, x)), "the same int8 values, copied"
-    buffer = to_xnnpack(rewritten).buffer
-    summary = summarize_pte(buffer)
+    summary, (out,) = lower_and_run(rewritten, x)
     assert summary.partitions == 1 and not summary.outside, summary
     assert summary.inside["XNNConvert"] == 2, "only the program input and output change representation"
-    (out,) = LoadedProgram(buffer).run((x,))
     torch.testing.assert_close(out, run(ep, x), rtol=0, atol=0.05)

@@ -8,17 +8,10 @@ import torch
 
 import phaseconv
 from phaseconv.models.audio import seanet_decoder
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
-from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import EXHAUSTIVE, assert_close, export, run, transposed_convs
+from tests.helpers import EXHAUSTIVE, assert_close, export, lower_and_run, run, transposed_convs
 from tests.rules.test_conv_transpose import CausalUpsampler, OverlapAdd, TwoDeconvsWithElu, make_case
 
 TRANSPOSED = "XNNConvTranspose2d"  # XNNPACK runs 1-D deconvolutions as 2-D ones too
-
-
-def lower_and_run(ep, *inputs):
-    buffer = to_xnnpack(ep).buffer
-    return summarize_pte(buffer), LoadedProgram(buffer).run(inputs)
 
 
 @pytest.mark.parametrize(
