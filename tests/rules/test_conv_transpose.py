@@ -1,6 +1,7 @@
 """The dense transposed-convolution rule on exported programs, against eager PyTorch."""
 
 import io
+import math
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from torch.export.graph_signature import InputKind
 
 import phaseconv
 from phaseconv.math.polyphase import output_length
+from phaseconv.rules.conv_transpose import ConvTransposeRule
 from tests.helpers import EXHAUSTIVE, assert_close, export, rewrite_and_compare, run, transposed_convs
 
 CONV_TRANSPOSE = {1: nn.ConvTranspose1d, 2: nn.ConvTranspose2d, 3: nn.ConvTranspose3d}
@@ -363,8 +365,9 @@ def test_activation_moves_before_the_interleave(name, activation):
     """Elementwise, so it commutes with the interleave and the crop; next to the conv XNNPACK fuses it."""
     module, x = make_case(name)
     model = nn.Sequential(module, activation)
-    rewritten = rewrite_and_compare(model, x)
-    (decision,) = phaseconv.explain(export(model, x), EXHAUSTIVE)
+    commuting = [ConvTransposeRule(max_mac_overhead=math.inf, commute_activations=True)]
+    rewritten = rewrite_and_compare(model, x, rules=commuting)
+    (decision,) = phaseconv.explain(export(model, x), commuting)
     assert "before the interleave" in decision.detail
     for node in rewritten.graph.nodes:
         if node.target == torch.ops.aten.convolution.default:
@@ -382,8 +385,9 @@ def test_activation_with_other_readers_stays_after():
             return torch.relu(y) + y
 
     x = torch.randn(1, 4, 5)
-    rewrite_and_compare(TwoReaders(), x)
-    (decision,) = phaseconv.explain(export(TwoReaders(), x), ["conv_transpose"])
+    commuting = [ConvTransposeRule(commute_activations=True)]
+    rewrite_and_compare(TwoReaders(), x, rules=commuting)
+    (decision,) = phaseconv.explain(export(TwoReaders(), x), commuting)
     assert "before the interleave" not in decision.detail
 
 

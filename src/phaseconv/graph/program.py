@@ -42,7 +42,7 @@ class ProgramEditor:
         self.graph = program.graph
         self._specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
         self._derived: dict[tuple[str, str], Node] = {}
-        self._scalars: dict[str, Node] = {}
+        self._created: dict[str, Node] = {}
         self._touched: set[Node] = set()
         self._fake_mode = detect_fake_mode([n.meta["val"] for n in self.graph.nodes if "val" in n.meta])
 
@@ -110,12 +110,10 @@ class ProgramEditor:
         persistent = None
         if kind == InputKind.BUFFER:
             persistent = target not in self.program.graph_signature.non_persistent_buffers
-        with self.graph.inserting_before(self._first_user_input()):
-            new = create_constant_placeholder(self.program, self.graph, f"{source.name}_{key}", kind, data, persistent)
+        new = self._add_placeholder(f"{source.name}_{key}", kind, data, persistent)
         for meta_key, value in source.meta.items():
             if meta_key != "val":
                 new.meta.setdefault(meta_key, value)
-        self._specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
         self._derived[cache_key] = new
         self._touched.update(_ancestors(node) | {node})
         return new
@@ -127,13 +125,9 @@ class ProgramEditor:
         two delegate partitions read (its unlifting of the partition then fails), so none is shared.
         """
         name = f"phaseconv_{key}_{str(data.dtype).removeprefix('torch.')}"
-        if name not in self._scalars:
-            with self.graph.inserting_before(self._first_user_input()):
-                self._scalars[name] = create_constant_placeholder(
-                    self.program, self.graph, name, InputKind.CONSTANT_TENSOR, data
-                )
-            self._specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
-        return self._scalars[name]
+        if name not in self._created:
+            self._created[name] = self._add_placeholder(name, InputKind.CONSTANT_TENSOR, data)
+        return self._created[name]
 
     def scalar_constant(self, value: float, like: Node) -> Node:
         """A lifted constant holding `value` with the dtype and rank of `like` (all sizes 1).
@@ -145,6 +139,13 @@ class ProgramEditor:
         val = like.meta["val"]
         key = f"{like.name}_{value!r}".replace(".", "_").replace("-", "m")
         return self.new_constant(torch.full([1] * val.dim(), value, dtype=val.dtype), key)
+
+    def _add_placeholder(self, name: str, kind: InputKind, data: torch.Tensor, persistent: bool | None = None) -> Node:
+        """A constant placeholder before the user inputs, registered in the signature and state."""
+        with self.graph.inserting_before(self._first_user_input()):
+            node = create_constant_placeholder(self.program, self.graph, name, kind, data, persistent)
+        self._specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
+        return node
 
     def _first_user_input(self) -> Node:
         for node in self.graph.nodes:

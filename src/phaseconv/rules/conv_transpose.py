@@ -106,17 +106,11 @@ class PolyphasePlan:
     folded_slices: list[Node]
     windows: list[PhaseWindow]
     out_channels: int
-    mac_overhead: float
     activation: Node | None = None  # a clamp-type activation moved before the interleave, next to the conv
 
     @property
     def depthwise(self) -> bool:
-        """One input channel per group: computed as one depthwise conv per phase, then a cat.
-
-        Measured on XNNPACK (benchmarks/run.py): s^D depthwise convs + cat beat one depthwise conv
-        with channel multiplier s^D (Mimi's k4 s2 frame upsampler, 512 ch, 25 steps: 0.044 vs 0.111 ms;
-        stock 0.343 ms), since the multiplier form leaves XNNPACK's depthwise kernels.
-        """
+        """One input channel per group."""
         return self.conv.groups > 1 and self.conv.weight.meta["val"].shape[0] == self.conv.groups
 
 
@@ -129,10 +123,17 @@ class ConvTransposeRule:
         self,
         max_mac_overhead: float = MAX_MAC_OVERHEAD,
         max_depthwise_mac_overhead: float | None = None,
-        commute_activations: bool = True,
+        commute_activations: bool = False,
+        split_depthwise: bool = True,
     ):
+        """`split_depthwise`: compute a depthwise layer as one depthwise conv per phase and a cat,
+        rather than one conv with channel multiplier s^D, which leaves XNNPACK's depthwise kernels
+        (benchmarks/variants.py measures both). `commute_activations`: move a clamp-type activation
+        in front of the interleave, where XNNPACK fuses it into the conv; off by default, since
+        benchmarks/variants.py measures no gain from it (within +-4% run to run)."""
         self.max_mac_overhead = max_mac_overhead
         self.commute_activations = commute_activations
+        self.split_depthwise = split_depthwise
         self.max_depthwise_mac_overhead = (
             max(max_mac_overhead, MAX_DEPTHWISE_MAC_OVERHEAD)
             if max_depthwise_mac_overhead is None
@@ -172,7 +173,7 @@ class ConvTransposeRule:
         )
         out_channels = conv.weight.meta["val"].shape[1] * conv.groups
         activation = _fusable_activation(folded[-1] if folded else node) if self.commute_activations else None
-        plan = PolyphasePlan(node, conv, folded, windows, out_channels, overhead, activation)
+        plan = PolyphasePlan(node, conv, folded, windows, out_channels, activation)
         limit = self.max_depthwise_mac_overhead if plan.depthwise else self.max_mac_overhead
         if overhead > limit:
             return Skip(
@@ -186,7 +187,7 @@ class ConvTransposeRule:
         taps = "x".join(str(w.taps) for w in plan.windows)
         stride = "x".join(str(w.stride) for w in plan.windows)
         phases = math.prod(w.stride for w in plan.windows)
-        if plan.depthwise:
+        if plan.depthwise and self.split_depthwise:
             text = f"stride {stride}: {phases} depthwise convs ({plan.out_channels} ch, {taps} taps) + cat"
         else:
             text = f"stride {stride}: conv {phases * plan.out_channels} ch, {taps} taps"
@@ -230,7 +231,7 @@ class ConvTransposeRule:
         def phases_of(w: torch.Tensor) -> torch.Tensor:
             return phase_weight(w, conv.stride, conv.dilation, conv.groups)
 
-        if plan.depthwise:
+        if plan.depthwise and self.split_depthwise:
             bias = conv.bias  # every phase conv adds the original bias
             if bias is not None and bias.op != "placeholder":
                 bias = editor.derived_constant(bias, "folded", lambda b: b)

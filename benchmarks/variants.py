@@ -1,0 +1,108 @@
+"""The design choices, measured: each case runs stock and two phaseconv variants interleaved.
+
+    python benchmarks/variants.py [--runs 20] [--json results/variants.json]
+
+- depthwise: one depthwise conv per phase + cat (default) vs one conv with channel multiplier s^D;
+- activation: a ReLU after the deconvolution left after the interleave (default) or moved in front;
+- constant_operands: the MI-GAN-like generator with and without that rule.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+console = Console(width=150)
+
+
+def main(
+    runs: int = typer.Option(20, help="timed rounds per case (median reported)"),
+    json_path: Path = typer.Option(Path("results/variants.json"), "--json", help="where to write the results"),
+) -> None:
+    from phaseconv.runtimes.executorch import set_threads
+
+    set_threads(1)  # before any program is loaded
+
+    import torch
+    from torch import nn
+
+    import phaseconv
+    from phaseconv.models import DEMO_MODELS
+    from phaseconv.rules import DEFAULT_RULES
+    from phaseconv.rules.conv_transpose import ConvTransposeRule
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.timing import interleaved_times, median_ms
+
+    def others(*excluded: str) -> list:
+        return [rule for rule in DEFAULT_RULES if rule.name not in excluded]
+
+    torch.manual_seed(0)
+    migan, migan_inputs = DEMO_MODELS["migan"]()
+    cases = [
+        (
+            "depthwise 512 k4 s2 T=25 (Mimi frame upsampler)",
+            nn.ConvTranspose1d(512, 512, 4, 2, 1, groups=512, bias=False),
+            (torch.randn(1, 512, 25),),
+            {"per-phase convs + cat": None, "channel multiplier": [ConvTransposeRule(split_depthwise=False)]},
+        ),
+        (
+            "depthwise 128 k4 s2 p1 64x64 (MI-GAN filter)",
+            nn.ConvTranspose2d(128, 128, 4, 2, 1, groups=128, bias=False),
+            (torch.randn(1, 128, 64, 64),),
+            {"per-phase convs + cat": None, "channel multiplier": [ConvTransposeRule(split_depthwise=False)]},
+        ),
+        (
+            "2d 128->64 k4 s2 p1 64x64 + ReLU",
+            nn.Sequential(nn.ConvTranspose2d(128, 64, 4, 2, 1), nn.ReLU()),
+            (torch.randn(1, 128, 64, 64),),
+            {"ReLU after (default)": None, "ReLU before interleave": [ConvTransposeRule(commute_activations=True)]},
+        ),
+        (
+            "1d 512->256 k16 s8 T=25 + ReLU",
+            nn.Sequential(nn.ConvTranspose1d(512, 256, 16, 8), nn.ReLU()),
+            (torch.randn(1, 512, 25),),
+            {"ReLU after (default)": None, "ReLU before interleave": [ConvTransposeRule(commute_activations=True)]},
+        ),
+        (
+            "MI-GAN-like generator 128x128 fp32",
+            migan,
+            migan_inputs,
+            {"all rules": None, "without constant_operands": others("constant_operands")},
+        ),
+    ]
+    rows = []
+    for name, module, inputs, variants in cases:
+        with torch.no_grad():
+            ep = torch.export.export(module.eval(), inputs)
+        programs = {"stock": ep} | {label: phaseconv.rewrite(ep, rules) for label, rules in variants.items()}
+        loaded = {label: LoadedProgram(to_xnnpack(program).buffer) for label, program in programs.items()}
+        times = interleaved_times({k: (lambda p=p, x=inputs: p.run(x)) for k, p in loaded.items()}, runs)
+        rows.append({"case": name, "ms": {label: median_ms(samples) for label, samples in times.items()}})
+
+    table = Table(title=f"design choices, ExecuTorch XNNPACK, 1 thread, median of {runs} interleaved runs")
+    for column in ("case", "stock ms", "default ms", "alternative", "alternative ms"):
+        table.add_column(column)
+    for row in rows:
+        (default, default_ms), (alternative, alternative_ms) = list(row["ms"].items())[1:]
+        table.add_row(
+            row["case"],
+            f"{row['ms']['stock']:.3f}",
+            f"{default_ms:.3f} ({default})",
+            alternative,
+            f"{alternative_ms:.3f}",
+        )
+    console.print(table)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps({"runs": runs, "cases": rows}, indent=2))
+    console.print(f"wrote {json_path}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
