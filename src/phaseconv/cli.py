@@ -80,14 +80,12 @@ def lower(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
-    from phaseconv.lowering import BACKENDS
     from phaseconv.lowering import lower as lower_program
+    from phaseconv.lowering import require_backend, require_folder
     from phaseconv.models.loading import load_model
 
-    if backend not in BACKENDS:
-        raise PhaseconvError(f"unknown backend {backend!r}; supported: {', '.join(BACKENDS)}")
-    if not output.parent.is_dir():
-        raise PhaseconvError(f"cannot write {output}: the folder {output.parent} does not exist")
+    require_backend(backend)  # both before loading the model, which can take long
+    require_folder(output)
     program = load_model(model).program
     lowered = lower_program(program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants)
     summaries = {"phaseconv" if not no_rewrite else "stock": lowered.summary}
@@ -135,7 +133,7 @@ def bench(
     """Time the stock and the rewritten program through the ExecuTorch runtime, interleaved."""
     from phaseconv.bench import bench as run_bench
     from phaseconv.bench import plot
-    from phaseconv.lowering import write_atomically
+    from phaseconv.lowering import require_folder, write_atomically
 
     try:
         counts = [int(t) for t in threads.split(",")]
@@ -144,8 +142,8 @@ def bench(
     if any(c < 1 for c in counts):
         raise PhaseconvError(f"thread counts must be at least 1, got {threads!r}")
     for path in (json_path, plot_path):
-        if path is not None and not path.parent.is_dir():
-            raise PhaseconvError(f"cannot write {path}: the folder {path.parent} does not exist")
+        if path is not None:
+            require_folder(path)
     from phaseconv.models.loading import load_model
 
     load_model(model)  # fail here, with a clear message, rather than inside a worker

@@ -44,10 +44,20 @@ class LoweredProgram:
         return [target for target, _ in files]
 
 
+def require_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise PhaseconvError(f"unknown backend {backend!r}; supported: {', '.join(BACKENDS)}")
+
+
+def require_folder(path: Path) -> None:
+    """The folder a file will be written to exists (checked before any expensive work)."""
+    if not path.parent.is_dir():
+        raise PhaseconvError(f"cannot write {path}: the folder {path.parent} does not exist")
+
+
 def write_atomically(path: Path, content: bytes) -> None:
+    require_folder(path)
     folder = path.parent
-    if not folder.is_dir():
-        raise PhaseconvError(f"cannot write {path}: the folder {folder} does not exist")
     try:
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as error:
@@ -69,8 +79,7 @@ def lower(
 ) -> LoweredProgram:
     """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`."""
     require_program(ep)
-    if backend not in BACKENDS:
-        raise PhaseconvError(f"unknown backend {backend!r}; supported: {', '.join(BACKENDS)}")
+    require_backend(backend)
     from phaseconv.runtimes.executorch import external_data, to_xnnpack
     from phaseconv.runtimes.pte import summarize_pte
 
