@@ -19,9 +19,10 @@ def require_program(ep) -> None:
 
 def _plan(editor: ProgramEditor, rules) -> tuple[list[Decision], list]:
     decisions, plans = [], []
+    found = {rule.name: set(rule.candidates(editor)) for rule in rules if hasattr(rule, "candidates")}
     for node in list(editor.graph.nodes):
         for rule in rules:
-            if not rule.matches(node):
+            if not (node in found[rule.name] if rule.name in found else rule.matches(node)):
                 continue
             plan = rule.check(node, editor)
             if isinstance(plan, Skip):
@@ -34,15 +35,28 @@ def _plan(editor: ProgramEditor, rules) -> tuple[list[Decision], list]:
 
 
 def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgram, list[Decision]]:
-    """The rewritten copy of `ep` and the decision for every candidate node."""
+    """The rewritten copy of `ep` and the decision for every candidate node.
+
+    Rules marked `runs_first` (constant folding) are planned and applied first; the others are
+    then planned on the result, so they see folded constants.
+    """
     require_program(ep)
     rules = resolve_rules(rules)
     program = copy_program(ep)
-    editor = ProgramEditor(program)
-    decisions, plans = _plan(editor, rules)
-    for rule, plan in plans:
-        rule.apply(plan, editor)
-    return editor.finish(), decisions
+    decisions = []
+    for stage in (
+        [r for r in rules if getattr(r, "runs_first", False)],
+        [r for r in rules if not getattr(r, "runs_first", False)],
+    ):
+        if not stage:
+            continue
+        editor = ProgramEditor(program)
+        stage_decisions, plans = _plan(editor, stage)
+        for rule, plan in plans:
+            rule.apply(plan, editor)
+        program = editor.finish()
+        decisions += stage_decisions
+    return program, decisions
 
 
 def rewrite(ep: ExportedProgram, rules=None) -> ExportedProgram:
@@ -52,6 +66,4 @@ def rewrite(ep: ExportedProgram, rules=None) -> ExportedProgram:
 
 def explain(ep: ExportedProgram, rules=None) -> list[Decision]:
     """One Decision per candidate node: which rule, applied or not, and why not."""
-    require_program(ep)
-    editor = ProgramEditor(copy_program(ep))
-    return _plan(editor, resolve_rules(rules))[0]
+    return rewrite_with_report(ep, rules)[1]

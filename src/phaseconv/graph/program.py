@@ -21,6 +21,21 @@ from torch.fx import Node
 # Metadata that says where a node came from; copied onto the nodes that replace it.
 PROVENANCE_KEYS = ("nn_module_stack", "stack_trace", "source_fn_stack", "from_node", "custom")
 CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+aten = torch.ops.aten
+# Ops whose result depends only on the shape and dtype of their first argument, not its values.
+SHAPE_ONLY = frozenset(
+    {
+        aten.new_ones.default,
+        aten.new_zeros.default,
+        aten.new_full.default,
+        aten.new_empty.default,
+        aten.ones_like.default,
+        aten.zeros_like.default,
+        aten.full_like.default,
+        aten.empty_like.default,
+        aten.sym_size.int,
+    }
+)
 
 
 def copy_program(ep: ExportedProgram) -> ExportedProgram:
@@ -51,6 +66,16 @@ class ProgramEditor:
         spec = self._specs.get(node.name) if node.op == "placeholder" else None
         return spec.kind if spec is not None else None
 
+    def is_constant_input(self, node: Node) -> bool:
+        """A parameter, buffer or constant placeholder that the program never mutates."""
+        return self.kind(node) in CONSTANT_KINDS and not self._mutated(node)
+
+    def _mutated(self, node: Node) -> bool:
+        """Written by the program: a functional buffer update, or an in-place op on it."""
+        if self._specs[node.name].target in self.program.graph_signature.buffers_to_mutate.values():
+            return True
+        return written_in_place(node)
+
     def constant_value(self, node: Node) -> torch.Tensor:
         """The value of `node` if it depends only on parameters, buffers and constants.
 
@@ -66,9 +91,15 @@ class ProgramEditor:
         if node.op == "placeholder":
             value = self._placeholder_value(node)
         elif node.op == "call_function":
+            if is_in_place(node) or written_in_place(node):
+                raise NotConstant(f"{node.name} is written in place")
             if "dequantize" in str(node.target):
                 raise NotConstant(f"it is dequantized by {node.name} (quantized weights are not rewritten)")
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self._evaluate(n, memo))
+            if node.target in SHAPE_ONLY:
+                args = (shape_stand_in(node.args[0]), *node.args[1:])
+                args, kwargs = torch.fx.node.map_arg((args, node.kwargs), lambda n: self._evaluate(n, memo))
+            else:
+                args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self._evaluate(n, memo))
             value = node.target(*args, **kwargs)
         elif node.op == "get_attr":
             value = getattr(self.program.graph_module, node.target)
@@ -81,7 +112,7 @@ class ProgramEditor:
         spec = self._specs[node.name]
         if spec.kind not in CONSTANT_KINDS:
             raise NotConstant(f"it depends on the program input {node.name}")
-        if spec.kind == InputKind.BUFFER and node.name in self.program.graph_signature.buffers_to_mutate:
+        if self._mutated(node):
             raise NotConstant(f"it depends on the mutated buffer {node.name}")
         if spec.target in self.program.state_dict:
             return self.program.state_dict[spec.target]
@@ -176,8 +207,20 @@ class ProgramEditor:
             self._touched.update(n for n in node.all_input_nodes)
             self.graph.erase_node(node)
 
+    def release(self, node: Node) -> None:
+        """`node` is no longer read: `finish` drops it and the constants only it read."""
+        self._touched.update(_ancestors(node) | {node})
+
     def finish(self) -> ExportedProgram:
-        """Drop computations and constants that nothing reads any more, and recompile."""
+        """Drop computations and constants that nothing reads any more, and recompile.
+
+        Export's dtype assertions keep what they check alive; one on a value nothing else reads
+        goes too.
+        """
+        for node in list(self.graph.nodes):
+            if node.target == aten._assert_tensor_metadata.default and len(node.args[0].users) == 1:
+                self._touched.add(node.args[0])
+                self.graph.erase_node(node)
         self.graph.eliminate_dead_code()
         for node in list(self.graph.nodes):
             if (
@@ -189,6 +232,41 @@ class ProgramEditor:
                 delete_constant_placeholder(self.program, node)
         self.program.graph_module.recompile()
         return self.program
+
+
+def is_in_place(node: Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+
+
+def _is_view(node: Node) -> bool:
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    returns = node.target._schema.returns
+    return bool(returns) and returns[0].alias_info is not None
+
+
+def written_in_place(node: Node) -> bool:
+    """Does an in-place op write `node`, directly or through a view of it?"""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for user in current.users:
+            if is_in_place(user):
+                return True
+            if _is_view(user):
+                stack.append(user)
+    return False
+
+
+def shape_stand_in(node: Node) -> torch.Tensor:
+    """Zeros with the static shape and dtype of `node`: all a shape-only op reads of its input."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not all(isinstance(size, int) for size in val.shape):
+        raise NotConstant(f"the shape of {node.name} is not static")
+    return torch.zeros(val.shape, dtype=val.dtype)
 
 
 def _ancestors(node: Node) -> set[Node]:

@@ -1,17 +1,21 @@
 """The rule set. Each rule lives in its own module with matches / check / describe / apply."""
 
+from phaseconv.rules.attention import AttentionRule
 from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.constant_operands import ConstantOperandRule
 from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.elu import EluRule
+from phaseconv.rules.fold_constants import FoldConstantsRule
 from phaseconv.rules.layer_norm import LayerNormRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
 
 DEFAULT_RULES: tuple[Rule, ...] = (
+    FoldConstantsRule(),
     ConvTransposeRule(),
     NearestUpsampleRule(),
     EluRule(),
     LayerNormRule(),
+    AttentionRule(),
     ConstantOperandRule(),
 )
 RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}
