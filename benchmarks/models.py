@@ -1,12 +1,264 @@
-"""Whole reference models: stock XNNPACK lowering vs phaseconv's, through the ExecuTorch runtime."""
+"""Real models, stock ExecuTorch vs phaseconv, through the runtime at 1 and 2 threads.
+
+    python benchmarks/models.py [--threads 1,2] [--runs 10] [--only mimi] [--json results/models.json]
+                                [--plot results/models.png]
+
+Per model: export the model as built and lower it with stock ExecuTorch (XNNPACK); export
+phaseconv.prepare(model) and lower it stock and after phaseconv.rewrite; run each program through
+the runtime against eager PyTorch (the model as built), then time all of them and eager PyTorch
+interleaved. XNNPACK's thread pool is sized once per process, so each thread count runs in its own
+worker process (this script with --worker).
+"""
 
 from __future__ import annotations
 
-from phaseconv.models import DEMO_MODELS
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
-MODELS = {
-    "mimi-decoder (12 frames, 0.96 s)": DEMO_MODELS["mimi-decoder"],
-    "seanet-decoder (25 steps, 1 s)": DEMO_MODELS["seanet-decoder"],
-    "migan 128x128 fp32": DEMO_MODELS["migan"],
-    "migan 128x128 fp16": DEMO_MODELS["migan-fp16"],
-}
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from phaseconv.models import image, stylegan, transformers_audio, unet  # noqa: E402
+
+# The stock program phaseconv is compared with: the model as built when it lowers; if it does not
+# (tensor-valued conv settings), with only those made static; then the prepared model; then folded.
+BASELINES = ("stock, as built", "stock, weight_norm kept", "stock, prepared", "stock, constants folded")
+LABELS = dict(zip(BASELINES, ("", " (w)", " (p)", " (f)")))
+PCM_STEP = 1 / 32768  # one step of 16-bit audio at full scale
+console = Console(width=200)
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    name: str
+    build: object  # () -> (nn.Module, inputs)
+    sample_rate: int | None = None  # audio models: output samples per second
+
+
+CASES = [
+    ModelCase("Mimi decoder, 1 frame (80 ms)", partial(transformers_audio.mimi_latents_decoder, 1), 24000),
+    ModelCase("Mimi decoder, 25 frames (2 s)", partial(transformers_audio.mimi_latents_decoder, 25), 24000),
+    ModelCase("Mimi decode(codes), 25 frames", partial(transformers_audio.mimi_codes_decoder, 25), 24000),
+    ModelCase("EnCodec 24 kHz decoder, 1 s", partial(transformers_audio.encodec_decoder, 1.0), 24000),
+    ModelCase("DAC decoder, 1 s", partial(transformers_audio.dac_decoder, 1.0), 16000),
+    ModelCase("SpeechT5 HiFi-GAN, 100 frames", partial(transformers_audio.hifigan, 100), 16000),
+    ModelCase("HiFi-GAN V1, 100 frames", partial(transformers_audio.hifigan, 100, "v1"), 22050),
+    ModelCase("MI-GAN-like 128x128", image.migan_generator),
+    ModelCase("StyleGAN2-like 128x128", stylegan.stylegan2_generator),
+    ModelCase("U-Net 128x128, ConvTranspose2d(k2, s2)", unet.unet),
+]
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:160] if text else ''}"
+
+
+def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
+    """Every program of one model: delegation, error against eager, interleaved medians."""
+    import torch
+
+    import phaseconv
+    from phaseconv.rewrite import rewrite_with_report
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.pte import summarize_pte
+    from phaseconv.runtimes.timing import interleaved_times, median_ms
+
+    module, inputs = case.build()
+    with torch.no_grad():
+        expected = module(*inputs)
+    prepared = phaseconv.prepare(module)
+    programs, failures = {}, {}
+    try:
+        programs["stock, as built"] = torch.export.export(module, inputs)
+    except Exception as error:
+        failures["stock, as built"] = f"export: {_first_line(error)}"
+        if any(torch.nn.utils.parametrize.is_parametrized(m) or hasattr(m, "weight_g") for m in module.modules()):
+            static = phaseconv.prepare(module, bake_weight_norm=False)
+            programs["stock, weight_norm kept"] = torch.export.export(static, inputs)
+    ep = torch.export.export(prepared, inputs)
+    programs["stock, prepared"] = ep
+    fast, decisions = rewrite_with_report(ep)
+    programs["phaseconv"] = fast
+    loaded, summaries, errors = {}, {}, {}
+    for name, program in programs.items():
+        try:
+            buffer = to_xnnpack(program).buffer
+        except Exception as error:
+            failures[name] = f"lowering: {_first_line(error)}"
+            continue
+        summaries[name] = summarize_pte(buffer).to_dict()
+        loaded[name] = LoadedProgram(buffer)
+        (output,) = loaded[name].run(inputs)
+        errors[name] = float((output.float() - expected.float()).abs().max())
+    if "stock, prepared" not in loaded:  # e.g. a partitioner failure: compare with folding alone
+        name = "stock, constants folded"
+        buffer = to_xnnpack(phaseconv.rewrite(ep, ["fold_constants"])).buffer
+        summaries[name], loaded[name] = summarize_pte(buffer).to_dict(), LoadedProgram(buffer)
+        errors[name] = float((loaded[name].run(inputs)[0].float() - expected.float()).abs().max())
+    torch.set_num_threads(threads)
+    runners = {name: partial(program.run, inputs) for name, program in loaded.items()}
+    runners["eager PyTorch"] = partial(torch.no_grad()(module), *inputs)
+    ms = {name: median_ms(samples) for name, samples in interleaved_times(runners, runs, 2, on_round).items()}
+    baseline = next(name for name in BASELINES if name in ms)
+    row = {
+        "model": case.name,
+        "threads": threads,
+        "runs": runs,
+        "ms": ms,
+        "baseline": baseline,
+        "speedup": ms[baseline] / ms["phaseconv"],
+        "speedup_vs_prepared_stock": ms["stock, prepared"] / ms["phaseconv"] if "stock, prepared" in ms else None,
+        "vs_eager": ms["eager PyTorch"] / ms["phaseconv"],
+        "max_abs_error": errors,
+        "failures": failures,
+        "delegation": summaries,
+        "rewritten": _count(d.rule for d in decisions if d.applied),
+        "declined": [d.to_dict() for d in decisions if not d.applied],
+    }
+    if case.sample_rate:
+        seconds = expected.shape[-1] / case.sample_rate
+        row["audio_seconds"] = seconds
+        row["real_time_factor"] = ms["phaseconv"] / 1e3 / seconds
+        # Random weights give waveforms of any amplitude (HiFi-GAN's init: 1e-5, Mimi's: 10): the error
+        # is counted in 16-bit steps of the waveform scaled to full scale (peak 1).
+        row["peak"] = float(expected.abs().max())
+        row["pcm_steps"] = errors["phaseconv"] / row["peak"] / PCM_STEP
+    return row
+
+
+def _count(items) -> dict:
+    counts: dict = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts
+
+
+def worker(threads: int, runs: int, only: str, out: Path) -> None:
+    from phaseconv.runtimes.executorch import set_threads
+
+    set_threads(threads)  # before any program is loaded
+    rows = []
+    for case in (c for c in CASES if only.lower() in c.name.lower()):
+        rows.append(measure(case, threads, runs, lambda: print("round", flush=True)))
+        print("model", flush=True)
+        out.write_text(json.dumps(rows))
+
+
+def run_workers(threads: list[int], runs: int, only: str) -> list[dict]:
+    cases = [c for c in CASES if only.lower() in c.name.lower()]
+    rows = []
+    with Progress(console=console) as progress:
+        task = progress.add_task("models", total=len(cases) * len(threads) * runs)
+        for count in threads:
+            with tempfile.TemporaryDirectory() as folder:
+                out = Path(folder) / "rows.json"
+                command = [sys.executable, __file__, "--worker", "--threads", str(count), "--runs", str(runs)]
+                command += ["--only", only, "--json", str(out)]
+                process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                done = 0
+                for line in process.stdout:
+                    if line.strip() == "round":
+                        progress.advance(task)
+                    elif line.strip() == "model":
+                        done += 1
+                        progress.update(task, description=f"{count} thread(s): {done}/{len(cases)} models")
+                stderr = process.stderr.read()
+                if process.wait() != 0:
+                    console.print(stderr[-3000:])
+                    raise typer.Exit(1)
+                rows += json.loads(out.read_text())
+    return rows
+
+
+def table(rows: list[dict]) -> Table:
+    result = Table(title="stock ExecuTorch 1.5.1 (XNNPACK) vs phaseconv, interleaved medians")
+    columns = ["model", "threads", "stock ms", "phaseconv ms", "speedup", "eager ms", "vs eager", "partitions"]
+    columns += ["outside (stock -> phaseconv)", "max |err|", "PCM steps (full scale)", "RTF"]
+    for column in columns:
+        result.add_column(column, justify="left" if column in ("model", columns[8]) else "right")
+    for row in rows:
+        ms, delegation, baseline = row["ms"], row["delegation"], row["baseline"]
+        label = LABELS[baseline]
+        outside = [sum(delegation[n]["outside"].values()) for n in (baseline, "phaseconv")]
+        result.add_row(
+            row["model"],
+            str(row["threads"]),
+            f"{ms[baseline]:.1f}{label}",
+            f"{ms['phaseconv']:.1f}",
+            f"{row['speedup']:.2f}x",
+            f"{ms['eager PyTorch']:.1f}",
+            f"{row['vs_eager']:.2f}x",
+            f"{delegation[baseline]['partitions']} -> {delegation['phaseconv']['partitions']}",
+            f"{outside[0]} -> {outside[1]}",
+            f"{row['max_abs_error']['phaseconv']:.1e}",
+            f"{row['pcm_steps']:.2f}" if "pcm_steps" in row else "-",
+            f"{row['real_time_factor']:.3f}" if "real_time_factor" in row else "-",
+        )
+    return result
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Speedup over stock per model, one bar per thread count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(row["model"] for row in rows))
+    threads = sorted({row["threads"] for row in rows})
+    figure, axes = plt.subplots(figsize=(11, 5))
+    width = 0.8 / len(threads)
+    for index, count in enumerate(threads):
+        speedups = {row["model"]: row["speedup"] for row in rows if row["threads"] == count}
+        positions = [m + (index - (len(threads) - 1) / 2) * width for m in range(len(models))]
+        bars = axes.bar(positions, [speedups.get(m, 0) for m in models], width, label=f"{count} thread(s)")
+        axes.bar_label(bars, fmt="%.2fx", fontsize=7)
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_yscale("log")
+    labels = [m.replace(", ", ",\n", 1) for m in models]
+    axes.set_xticks(range(len(models)), labels, fontsize=7, rotation=30, ha="right")
+    axes.set_ylabel("speedup over stock ExecuTorch (log)")
+    axes.set_title("phaseconv vs stock ExecuTorch 1.5.1 XNNPACK, interleaved medians")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(
+    threads: str = typer.Option("1,2", help="thread counts, comma-separated"),
+    runs: int = typer.Option(10, help="timed rounds per model (median reported)"),
+    only: str = typer.Option("", help="run only models whose name contains this"),
+    json_path: Path = typer.Option(Path("results/models.json"), "--json", help="where to write the results"),
+    plot_path: Path = typer.Option(Path("results/models.png"), "--plot", help="where to draw the chart"),
+    is_worker: bool = typer.Option(False, "--worker", hidden=True),
+) -> None:
+    if is_worker:
+        worker(int(threads), runs, only, json_path)
+        return
+    rows = run_workers([int(t) for t in threads.split(",")], runs, only)
+    console.print(table(rows))
+    console.print(
+        "stock baseline when the model as built does not export: (w) conv settings made static, weight_norm kept; "
+        "(p) phaseconv.prepare(model); (f) prepared + constants folded (the stock lowering fails)"
+    )
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"runs": runs, "machine": platform.machine(), "processor": platform.processor()}
+    json_path.write_text(json.dumps({"meta": meta, "models": rows}, indent=2))
+    plot(rows, plot_path)
+    console.print(f"wrote {json_path} and {plot_path}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

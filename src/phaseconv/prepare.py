@@ -22,8 +22,11 @@ from torch.nn.utils import parametrize
 STATIC_CONV_SETTINGS = ("stride", "kernel_size", "padding_total", "padding_left", "padding_right")
 
 
-def prepare(model: nn.Module) -> nn.Module:
-    """A copy of `model` with weight_norm baked and tensor-valued conv settings made static."""
+def prepare(model: nn.Module, bake_weight_norm: bool = True) -> nn.Module:
+    """A copy of `model` with weight_norm baked and tensor-valued conv settings made static.
+
+    bake_weight_norm=False keeps weight_norm (to measure what it costs).
+    """
     if not isinstance(model, nn.Module):
         raise TypeError(f"expected a torch.nn.Module, got {type(model).__module__}.{type(model).__qualname__}")
     # The hook-based torch.nn.utils.weight_norm keeps the computed weight as a non-leaf tensor
@@ -36,7 +39,8 @@ def prepare(model: nn.Module) -> nn.Module:
     }
     prepared = copy.deepcopy(model, computed)
     for module in prepared.modules():
-        _bake_weight_norm(module)
+        if bake_weight_norm:
+            _bake_weight_norm(module)
         if hasattr(module, "_get_extra_padding_for_conv1d"):
             _make_padding_static(module)
     return prepared

@@ -54,54 +54,54 @@ class EncodecCodesToAudio(nn.Module):
         return self.decoder(self.quantizer.decode(codes))
 
 
-def _mimi(seed: int = 0):
+def _mimi(config: dict):
     transformers = _transformers()
-    torch.manual_seed(seed)
-    model = transformers.MimiModel(transformers.MimiConfig())
+    torch.manual_seed(0)
+    model = transformers.MimiModel(transformers.MimiConfig(**config))
     model.encoder = None
     return model.eval()
 
 
-def mimi_latents_decoder(frames: int = 1):
-    """transformers' MimiModel decoder (default config): latents [1, 512, frames] -> 80 ms of audio per frame."""
-    model = _mimi()
+def mimi_latents_decoder(frames: int = 1, **config):
+    """MimiModel's decoder (default config): latents [1, 512, frames] -> 80 ms of audio per frame."""
+    model = _mimi(config)
     return AudioValues(model.decoder), (torch.randn(1, model.config.hidden_size, frames),)
 
 
-def mimi_codes_decoder(frames: int = 25):
+def mimi_codes_decoder(frames: int = 25, **config):
     """MimiModel.decode: codes [1, 32, frames] -> audio."""
-    model = _mimi()
+    model = _mimi(config)
     codes = torch.randint(0, model.config.codebook_size, (1, model.config.num_quantizers, frames))
     return MimiCodesToAudio(model), (codes,)
 
 
-def encodec_decoder(seconds: float = 1.0):
-    """transformers' EncodecModel 24 kHz decoder (default config): latents [1, 128, 75 s] -> audio."""
+def encodec_decoder(seconds: float = 1.0, **config):
+    """EncodecModel's 24 kHz decoder (default config): latents [1, 128, 75 per second] -> audio."""
     transformers = _transformers()
     torch.manual_seed(0)
-    config = transformers.EncodecConfig()
+    config = transformers.EncodecConfig(**config)
     model = transformers.EncodecModel(config).eval()
-    frames = round(seconds * config.frame_rate)
+    frames = max(1, round(seconds * config.frame_rate))
     return model.decoder, (torch.randn(1, config.hidden_size, frames),)
 
 
-def dac_decoder(seconds: float = 1.0):
-    """transformers' DacModel decoder (default config, 16 kHz): latents [1, 1024, 50 s] -> audio."""
+def dac_decoder(seconds: float = 1.0, **config):
+    """DacModel's decoder (default config, 16 kHz): latents [1, 1024, 31 per second] -> audio."""
     transformers = _transformers()
     torch.manual_seed(0)
-    config = transformers.DacConfig()
+    config = transformers.DacConfig(**config)
     model = transformers.DacModel(config).eval()
-    frames = round(seconds * config.sampling_rate / config.hop_length)
+    frames = max(1, round(seconds * config.sampling_rate / config.hop_length))
     return model.decoder, (torch.randn(1, config.hidden_size, frames),)
 
 
-def hifigan(frames: int = 100, version: str = "speecht5"):
+HIFIGAN_V1 = dict(upsample_rates=[8, 8, 2, 2], upsample_kernel_sizes=[16, 16, 4, 4], upsample_initial_channel=512)
+
+
+def hifigan(frames: int = 100, version: str = "speecht5", **config):
     """SpeechT5HifiGan: mel [1, frames, 80] -> audio; version "v1" is HiFi-GAN V1 (rates 8,8,2,2)."""
     transformers = _transformers()
     torch.manual_seed(0)
-    settings = {}
-    if version == "v1":
-        settings = dict(upsample_rates=[8, 8, 2, 2], upsample_kernel_sizes=[16, 16, 4, 4], upsample_initial_channel=512)
-    config = transformers.SpeechT5HifiGanConfig(**settings)
+    config = transformers.SpeechT5HifiGanConfig(**(HIFIGAN_V1 if version == "v1" else {}), **config)
     model = transformers.SpeechT5HifiGan(config).eval()
     return model, (torch.randn(1, frames, config.model_in_dim),)

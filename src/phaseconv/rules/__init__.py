@@ -7,7 +7,10 @@ from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.elu import EluRule
 from phaseconv.rules.fold_constants import FoldConstantsRule
 from phaseconv.rules.layer_norm import LayerNormRule
+from phaseconv.rules.mean import MeanRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
+from phaseconv.rules.reflect_pad import ReflectPadRule
+from phaseconv.rules.views import ViewRule
 
 DEFAULT_RULES: tuple[Rule, ...] = (
     FoldConstantsRule(),
@@ -16,6 +19,9 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     EluRule(),
     LayerNormRule(),
     AttentionRule(),
+    MeanRule(),
+    ViewRule(),
+    ReflectPadRule(),
     ConstantOperandRule(),
 )
 RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}
