@@ -68,17 +68,6 @@ LEFT_OUTSIDE = {
         "aten::permute_copy.out",
         "aten::view_copy.out",
     },
-    "encodec": {  # the LSTM (decomposed per time step) and reflect padding (a gather)
-        "aten::split_with_sizes_copy.out",
-        "aten::squeeze_copy.dims_out",
-        "aten::unsqueeze_copy.out",
-        "aten::index.Tensor_out",
-        "aten::alias_copy.out",
-        "aten::full.out",
-        "aten::cat.out",
-        "aten::stack.out",
-        "aten::select_copy.int_out",
-    },
 }
 
 

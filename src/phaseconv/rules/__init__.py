@@ -7,6 +7,7 @@ from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.elu import EluRule
 from phaseconv.rules.fold_constants import FoldConstantsRule
 from phaseconv.rules.layer_norm import LayerNormRule
+from phaseconv.rules.lstm import LstmRule
 from phaseconv.rules.mean import MeanRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
 from phaseconv.rules.reflect_pad import ReflectPadRule
@@ -21,6 +22,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     AttentionRule(),
     MeanRule(),
     ViewRule(),
+    LstmRule(),
     ReflectPadRule(),
     ConstantOperandRule(),
 )
