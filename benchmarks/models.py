@@ -250,10 +250,15 @@ def main(
     rows = run_workers([int(t) for t in threads.split(",")], runs, only)
     console.print(table(rows))
     console.print(
-        "stock baseline when the model as built does not export: (w) conv settings made static, weight_norm kept; "
+        "stock baseline when the model as built does not export or lower: (w) conv settings made static, "
+        "weight_norm kept; "
         "(p) phaseconv.prepare(model); (f) prepared + constants folded (the stock lowering fails)"
     )
     json_path.parent.mkdir(parents=True, exist_ok=True)
+    if only and json_path.exists():  # a partial run updates its rows in the existing results
+        fresh = {(row["model"], row["threads"]) for row in rows}
+        kept = [r for r in json.loads(json_path.read_text())["models"] if (r["model"], r["threads"]) not in fresh]
+        rows = sorted(kept + rows, key=lambda r: (r["threads"], [c.name for c in CASES].index(r["model"])))
     meta = {"runs": runs, "machine": platform.machine(), "processor": platform.processor()}
     json_path.write_text(json.dumps({"meta": meta, "models": rows}, indent=2))
     plot(rows, plot_path)

@@ -1,6 +1,8 @@
-"""phaseconv benchmarks: stock vs rewritten programs through the ExecuTorch runtime.
+"""Single layers and operators: stock vs rewritten programs through the ExecuTorch runtime.
 
-    python benchmarks/run.py [--suite layers|models] [--runs 20] [--threads 1] [--json results/layers.json]
+    python benchmarks/run.py [--runs 20] [--threads 1] [--only NAME] [--json results/layers.json]
+
+(Whole models: benchmarks/models.py.)
 
 Every program of a case runs once per round, interleaved in one process; the table gives medians.
 """
@@ -27,7 +29,6 @@ def main(
     threads: int = typer.Option(1, help="XNNPACK threads"),
     json_path: Path = typer.Option(Path("results/layers.json"), "--json", help="where to write the results"),
     only: str = typer.Option("", help="run only cases whose name contains this"),
-    suite: str = typer.Option("layers", help="layers (single layers and operators) or models"),
 ) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
@@ -36,23 +37,15 @@ def main(
     import torch
 
     import phaseconv
-    from benchmarks.layers import LayerCase, depthwise_cases, layer_cases, operator_cases
+    from benchmarks.layers import depthwise_cases, layer_cases, operator_cases
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
-    if suite == "models":
-        from benchmarks.models import MODELS
-
-        cases = []
-        for name, factory in MODELS.items():
-            module, inputs = factory()
-            cases.append(LayerCase(name, module, inputs, None))
-    else:
-        cases = layer_cases() + depthwise_cases() + operator_cases()
+    cases = layer_cases() + depthwise_cases() + operator_cases()
     rows = []
     cases = [c for c in cases if only in c.name]
-    for case in track(cases, description=f"benchmarking {suite}", console=console):
+    for case in track(cases, description="benchmarking layers", console=console):
         with torch.no_grad():
             ep = torch.export.export(case.module, case.inputs)
         decisions = phaseconv.explain(ep)
@@ -82,7 +75,7 @@ def main(
             }
         )
 
-    table = Table(title=f"{suite}, ExecuTorch XNNPACK, {threads} thread(s), median of {runs} interleaved runs")
+    table = Table(title=f"layers, ExecuTorch XNNPACK, {threads} thread(s), median of {runs} interleaved runs")
     columns = ("case", "stock ms", "phaseconv ms", "limit ms", "speedup", "x limit", "max |err|", "rewritten")
     columns += ("partitions", "outside (stock -> phaseconv)", "transposes")
     for column in columns:

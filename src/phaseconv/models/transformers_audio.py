@@ -69,8 +69,17 @@ def mimi_latents_decoder(frames: int = 1, **config):
 
 
 def mimi_codes_decoder(frames: int = 25, **config):
-    """MimiModel.decode: codes [1, 32, frames] -> audio."""
+    """MimiModel.decode: codes [1, 32, frames] -> audio.
+
+    A new model's codebooks are all zeros (they are learned running sums), which would decode every
+    code to silence; they get random entries here, as trained ones have.
+    """
     model = _mimi(config)
+    for module in model.quantizer.modules():
+        if hasattr(module, "embed_sum"):
+            module.embed_sum.normal_()
+            module.cluster_usage.fill_(1.0)
+            module._embed = None
     codes = torch.randint(0, model.config.codebook_size, (1, model.config.num_quantizers, frames))
     return MimiCodesToAudio(model), (codes,)
 
