@@ -95,11 +95,10 @@ class ProgramEditor:
                 raise NotConstant(f"{node.name} is written in place")
             if "dequantize" in str(node.target):
                 raise NotConstant(f"it is dequantized by {node.name} (quantized weights are not rewritten)")
+            args = node.args
             if node.target in SHAPE_ONLY:
-                args = (shape_stand_in(node.args[0]), *node.args[1:])
-                args, kwargs = torch.fx.node.map_arg((args, node.kwargs), lambda n: self._evaluate(n, memo))
-            else:
-                args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self._evaluate(n, memo))
+                args = (shape_stand_in(args[0]), *args[1:])
+            args, kwargs = torch.fx.node.map_arg((args, node.kwargs), lambda n: self._evaluate(n, memo))
             value = node.target(*args, **kwargs)
         elif node.op == "get_attr":
             value = getattr(self.program.graph_module, node.target)
