@@ -16,6 +16,7 @@ from torch.fx import Node
 
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.rules.base import Skip
+from phaseconv.rules.mean import last_dim_mean
 
 aten = torch.ops.aten
 
@@ -69,14 +70,9 @@ class LayerNormRule:
         x = node.args[0]
         rank = x.meta["val"].dim()
         channels = x.meta["val"].shape[-1]
-        average = editor.new_constant(
-            torch.full((1, channels), 1.0 / channels, dtype=x.meta["val"].dtype), f"{node.name}_average"
-        )
-        mean = editor.emit(anchor, aten.linear.default, x, average)
-        centered = editor.emit(anchor, aten.sub.Tensor, x, mean)
-        variance = editor.emit(
-            anchor, aten.linear.default, editor.emit(anchor, aten.mul.Tensor, centered, centered), average
-        )
+        centered = editor.emit(anchor, aten.sub.Tensor, x, last_dim_mean(editor, anchor, x, node.name))
+        squared = editor.emit(anchor, aten.mul.Tensor, centered, centered)
+        variance = last_dim_mean(editor, anchor, squared, node.name)
         variance = editor.emit(anchor, aten.add.Tensor, variance, editor.scalar_constant(plan.eps, x))
         y = editor.emit(anchor, aten.mul.Tensor, centered, editor.emit(anchor, aten.rsqrt.default, variance))
 

@@ -18,6 +18,16 @@ from phaseconv.rules.base import Skip
 aten = torch.ops.aten
 
 
+def last_dim_mean(editor: ProgramEditor, anchor: Node, x: Node, key: str) -> Node:
+    """linear(x, W) with W = [1, C] of 1/C: the mean over the last dimension, kept as size 1.
+
+    One constant per key: reading the same x twice (layer norm's two averages) shares it.
+    """
+    val = x.meta["val"]
+    weight = torch.full((1, val.shape[-1]), 1.0 / val.shape[-1], dtype=val.dtype)
+    return editor.emit(anchor, aten.linear.default, x, editor.new_constant(weight, f"{key}_average"))
+
+
 @dataclass(frozen=True)
 class MeanPlan:
     node: Node
@@ -50,9 +60,7 @@ class MeanRule:
 
     def apply(self, plan: MeanPlan, editor: ProgramEditor) -> None:
         node = plan.node
-        x = node.args[0]
-        weight = torch.full((1, plan.channels), 1.0 / plan.channels, dtype=x.meta["val"].dtype)
-        mean = editor.emit(node, aten.linear.default, x, editor.new_constant(weight, f"{node.name}_average"))
+        mean = last_dim_mean(editor, node, node.args[0], node.name)
         if not plan.keepdim:
             mean = editor.emit(node, aten.view.default, mean, list(node.meta["val"].shape))
         editor.replace([node], mean)
