@@ -17,6 +17,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -91,21 +92,23 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
     fast, decisions = rewrite_with_report(ep)
     programs["phaseconv"] = fast
     loaded, summaries, errors = {}, {}, {}
-    for name, program in programs.items():
+
+    def lower_and_run(name, program) -> bool:
         try:
             buffer = to_xnnpack(program).buffer
         except Exception as error:
             failures[name] = f"lowering: {_first_line(error)}"
-            continue
+            return False
         summaries[name] = summarize_pte(buffer).to_dict()
         loaded[name] = LoadedProgram(buffer)
         (output,) = loaded[name].run(inputs)
         errors[name] = float((output.float() - expected.float()).abs().max())
+        return True
+
+    for name, program in programs.items():
+        lower_and_run(name, program)
     if "stock, prepared" not in loaded:  # e.g. a partitioner failure: compare with folding alone
-        name = "stock, constants folded"
-        buffer = to_xnnpack(phaseconv.rewrite(ep, ["fold_constants"])).buffer
-        summaries[name], loaded[name] = summarize_pte(buffer).to_dict(), LoadedProgram(buffer)
-        errors[name] = float((loaded[name].run(inputs)[0].float() - expected.float()).abs().max())
+        lower_and_run("stock, constants folded", phaseconv.rewrite(ep, ["fold_constants"]))
     torch.set_num_threads(threads)
     runners = {name: partial(program.run, inputs) for name, program in loaded.items()}
     runners["eager PyTorch"] = partial(torch.no_grad()(module), *inputs)
@@ -123,7 +126,7 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
         "max_abs_error": errors,
         "failures": failures,
         "delegation": summaries,
-        "rewritten": _count(d.rule for d in decisions if d.applied),
+        "rewritten": dict(Counter(d.rule for d in decisions if d.applied)),
         "declined": [d.to_dict() for d in decisions if not d.applied],
     }
     if case.sample_rate:
@@ -135,13 +138,6 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
         row["peak"] = float(expected.abs().max())
         row["pcm_steps"] = errors["phaseconv"] / row["peak"] / PCM_STEP
     return row
-
-
-def _count(items) -> dict:
-    counts: dict = {}
-    for item in items:
-        counts[item] = counts.get(item, 0) + 1
-    return counts
 
 
 def worker(threads: int, runs: int, only: str, out: Path) -> None:
