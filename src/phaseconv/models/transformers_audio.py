@@ -43,17 +43,6 @@ class MimiCodesToAudio(nn.Module):
         return self.decoder(self.quantizer.decode(codes)).audio_values
 
 
-class EncodecCodesToAudio(nn.Module):
-    """EncodecModel.decode without audio scales (the 24 kHz model normalizes nothing)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.quantizer, self.decoder = model.quantizer, model.decoder
-
-    def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.quantizer.decode(codes))
-
-
 def _mimi(config: dict):
     transformers = _transformers()
     torch.manual_seed(0)
