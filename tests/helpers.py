@@ -75,3 +75,22 @@ def rewrite_and_compare(
     assert actual.shape == expected.shape
     assert_close(actual, expected, scale=float(expected.abs().max()))
     return rewritten
+
+
+# A small transformers MimiConfig (decoder transformer, SEANet with strides 4 and 2, 4 codebooks).
+TINY_MIMI = dict(
+    hidden_size=32,
+    num_filters=4,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=64,
+    upsample_groups=32,
+    upsampling_ratios=[4, 2],
+    codebook_dim=16,
+    codebook_size=64,
+    num_quantizers=4,
+    num_semantic_quantizers=1,
+    vector_quantization_hidden_dimension=16,
+)

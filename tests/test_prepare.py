@@ -5,9 +5,10 @@ import torch
 from torch import nn
 
 import phaseconv
+from phaseconv.models import transformers_audio
 from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import assert_close, export, lower_and_run, run, transposed_convs
+from tests.helpers import TINY_MIMI, assert_close, export, lower_and_run, run, transposed_convs
 
 
 class WeightNormed(nn.Module):
@@ -38,35 +39,11 @@ def test_prepare_rejects_what_is_not_a_module():
         phaseconv.prepare("model.pt2")
 
 
-class MimiLatentsToAudio(nn.Module):
-    def __init__(self, decoder):
-        super().__init__()
-        self.decoder = decoder
-
-    def forward(self, latents):
-        return self.decoder(latents).audio_values
-
-
 @pytest.fixture(scope="module")
 def mimi():
-    transformers = pytest.importorskip("transformers")
-    from transformers.models.mimi.configuration_mimi import MimiDecoderConfig
-
-    torch.manual_seed(0)
-    config = MimiDecoderConfig(
-        hidden_size=32,
-        num_filters=4,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=64,
-        upsample_groups=32,
-        upsampling_ratios=[4, 2],
-        codebook_dim=16,
-        vector_quantization_hidden_dimension=16,
-    )
-    return MimiLatentsToAudio(transformers.AutoModel.from_config(config).eval()), torch.randn(1, 32, 2)
+    pytest.importorskip("transformers")
+    model, (latents,) = transformers_audio.mimi_latents_decoder(2, **TINY_MIMI)
+    return model, latents
 
 
 def test_mimi_without_prepare_has_data_dependent_lengths(mimi):

@@ -10,26 +10,10 @@ import torch
 
 import phaseconv
 from phaseconv.models import stylegan, transformers_audio, unet
-from tests.helpers import assert_close, lower_and_run, transposed_convs
+from tests.helpers import TINY_MIMI, assert_close, lower_and_run, transposed_convs
 
 pytest.importorskip("transformers")
 
-TINY_MIMI = dict(
-    hidden_size=32,
-    num_filters=4,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    head_dim=16,
-    intermediate_size=64,
-    upsample_groups=32,
-    upsampling_ratios=[4, 2],
-    codebook_dim=16,
-    codebook_size=64,
-    num_quantizers=4,
-    num_semantic_quantizers=1,
-    vector_quantization_hidden_dimension=16,
-)
 FAMILIES = {
     "mimi latents": lambda: transformers_audio.mimi_latents_decoder(3, **TINY_MIMI),
     "mimi codes": lambda: transformers_audio.mimi_codes_decoder(3, **TINY_MIMI),
