@@ -17,7 +17,8 @@ from phaseconv.report import decisions_table
 MODEL_HELP = (
     "a torch.export.save file (.pt2); or module.path:factory naming a Python function that returns "
     "(nn.Module, example_inputs), which imports and runs that code; or demo:NAME for a built-in model "
-    "(demo:mimi-decoder)"
+    "(demo:mimi-decoder); or pocket-tts:CONFIG, pocket-tts's Mimi decoder as a streaming step for a "
+    "config shipped with pocket-tts (pocket-tts:english_2026-09)"
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
@@ -77,6 +78,9 @@ def lower(
         False, "--external-constants", help="put every weight in a .ptd file beside the .pte"
     ),
     backend: str = typer.Option("xnnpack", help="the ExecuTorch backend to delegate to"),
+    weights: Path | None = typer.Option(
+        None, "--weights", help="pocket-tts:CONFIG only: Mimi weights (.safetensors) instead of random ones"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
@@ -86,7 +90,7 @@ def lower(
 
     require_backend(backend)  # both before loading the model, which can take long
     require_folder(output)
-    program = load_model(model).program
+    program = load_model(model, weights).program
     lowered = lower_program(program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants)
     summaries = {"phaseconv" if not no_rewrite else "stock": lowered.summary}
     if not no_rewrite:  # the stock lowering beside it: cheap for the models this is for
@@ -175,6 +179,57 @@ def bench(
         plot(results, buffer)
         write_atomically(plot_path, buffer.getvalue())
         console.print(f"wrote {plot_path}")
+
+
+@app.command()
+def stream(
+    program: Path = typer.Argument(..., help="a step program (.pte): latent [1, 1, D] -> pcm [1, 1, N] per call"),
+    latents: Path | None = typer.Option(None, "--latents", help="a .npy file of [frames, D] float32 latents"),
+    frames: int = typer.Option(25, "--frames", min=1, help="without --latents: this many random latent frames"),
+    pcm: bool = typer.Option(False, "--pcm", help="write 16-bit mono PCM to stdout as each frame is decoded"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="write a WAV file"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the summary as JSON"),
+) -> None:
+    """Decode frame by frame through a step program, as a TTS runner does; the summary goes to stderr.
+
+    phaseconv stream step.pte --latents z.npy --pcm | aplay -f S16_LE -r 24000 -c 1
+    """
+    from phaseconv.lowering import require_folder, write_atomically
+    from phaseconv.stream import StepProgram, load_latents, random_latents, stream, to_pcm16, write_wav
+
+    if pcm and output is not None:
+        raise PhaseconvError("give either --pcm (PCM on stdout) or -o (a WAV file), not both")
+    if not pcm and output is None:
+        raise PhaseconvError("say where the audio goes: --pcm (stdout) or -o out.wav")
+    for path in (output, json_path):
+        if path is not None:
+            require_folder(path)
+    values = load_latents(latents) if latents is not None else None
+    step = StepProgram(program)
+    values = step.check_latents(values if values is not None else random_latents(frames, step.latent_dim),
+                                str(latents or "the random latents"))
+    chunks: list[bytes] = []
+
+    def deliver(samples) -> None:
+        data = to_pcm16(samples)
+        if pcm:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            chunks.append(data)
+
+    report = stream(step, values, deliver)
+    if output is not None:
+        write_wav(output, b"".join(chunks), report.sample_rate)
+    if json_path is not None:
+        write_atomically(json_path, json.dumps(report.to_dict(), indent=2).encode())
+    err = Console(stderr=True)
+    err.print(
+        f"{report.frames} frames ({report.frames * report.samples_per_frame / report.sample_rate:.2f} s of audio): "
+        f"first audio {report.first_audio_ms:.2f} ms after its latent (load {report.load_ms:.0f} ms), "
+        f"per frame median {report.median_ms:.2f} ms, p95 {report.p95_ms:.2f} ms, "
+        f"real-time factor {report.real_time_factor:.3f}"
+    )
 
 
 @app.command()

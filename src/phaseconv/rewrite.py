@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch.export import ExportedProgram
 
-from phaseconv.graph.program import ProgramEditor, copy_program
+from phaseconv.graph.program import ProgramEditor, copy_program, is_in_place
 from phaseconv.report import Decision
 from phaseconv.rules import Skip, resolve_rules
 
@@ -34,6 +34,15 @@ def _plan(editor: ProgramEditor, rules) -> tuple[list[Decision], list]:
     return decisions, plans
 
 
+def functional(program: ExportedProgram) -> ExportedProgram:
+    """`program` with in-place ops made functional (state writes become mutated-buffer outputs,
+    `y[..., :n] += p` a slice_scatter), as every backend's lowering does first; no op is decomposed.
+    The rules then see the values, not aliases that later writes change."""
+    if not any(is_in_place(node) for node in program.graph.nodes):
+        return program
+    return program.run_decompositions({})
+
+
 def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgram, list[Decision]]:
     """The rewritten copy of `ep` and the decision for every candidate node.
 
@@ -42,7 +51,7 @@ def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgra
     """
     require_program(ep)
     rules = resolve_rules(rules)
-    program = copy_program(ep)
+    program = functional(copy_program(ep))
     decisions = []
     for stage in (
         [r for r in rules if getattr(r, "runs_first", False)],

@@ -8,7 +8,7 @@ from torch import nn
 import phaseconv
 from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import assert_close, assert_one_partition_matching, export, run
+from tests.helpers import STATE_WRITES, assert_close, assert_one_partition_matching, export, run
 
 
 class SelfAttention(nn.Module):
@@ -69,11 +69,12 @@ def test_a_fully_masked_row_is_declined():
     assert not decision.applied and "every key masked" in decision.reason
 
 
-def test_a_mask_written_in_place_is_not_taken_for_its_first_value():
+def test_a_mask_written_in_place_is_taken_with_its_written_value():
+    # The program is made functional first, so the mask is the value after the write, not `ones`.
     q = torch.randn(1, 2, 4, 8)
     ep = export(MaskWrittenInPlace(), q, q, q)
     (decision,) = [d for d in phaseconv.explain(ep) if d.rule == "attention"]
-    assert not decision.applied and "written in place" in decision.reason
+    assert decision.applied, decision
     assert_close(run(phaseconv.rewrite(ep), q, q, q), run(ep, q, q, q))
 
 
@@ -86,3 +87,41 @@ def test_a_mask_given_as_input_is_declined():
     q, mask = torch.randn(1, 2, 4, 8), torch.ones(4, 4, dtype=torch.bool)
     (decision,) = [d for d in phaseconv.explain(export(InputMask(), q, mask)) if d.rule == "attention"]
     assert not decision.applied and "not known ahead of time" in decision.reason
+
+
+class CachedAttention(nn.Module):
+    """Attention over a cache whose first slots are empty at the start: an additive run-time mask,
+    a cat of the cached keys' part (constant window + run-time validity) and the own keys' part."""
+
+    def __init__(self, own_mask: torch.Tensor):
+        super().__init__()
+        self.register_buffer("keys", torch.randn(1, 2, 4, 8))
+        self.register_buffer("key_bias", torch.tensor([float("-inf"), float("-inf"), 0.0, 0.0]))
+        self.register_buffer("own_mask", own_mask)
+
+    def forward(self, q, k, v):
+        keys = torch.cat([self.keys, k], dim=2)
+        mask = torch.cat([torch.zeros(3, 4) + self.key_bias, self.own_mask], dim=-1)
+        out = F.scaled_dot_product_attention(q, keys, torch.cat([self.keys, v], dim=2), mask)
+        self.key_bias.copy_(torch.cat([self.key_bias, torch.zeros(3)])[-4:])  # state: the mask changes per call
+        return out
+
+
+def test_runtime_mask_with_a_constant_part_that_keeps_every_row_is_added_as_it_is():
+    causal = torch.zeros(3, 3).masked_fill(torch.ones(3, 3).triu(1).bool(), float("-inf"))
+    q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8)
+    ep = export(CachedAttention(causal), q, k, v)
+    (decision,) = [d for d in phaseconv.explain(ep) if d.rule == "attention"]
+    assert decision.applied and "run-time mask" in decision.detail, decision
+    rewritten = phaseconv.rewrite(ep)
+    assert_close(run(rewritten, q, k, v), run(ep, q, k, v))
+    assert_one_partition_matching(rewritten, ep, q, k, v, outside_allowed=STATE_WRITES)
+
+
+def test_runtime_mask_that_could_mask_a_whole_row_is_declined():
+    fully_masked_row = torch.zeros(3, 3)
+    fully_masked_row[0] = float("-inf")
+    q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8)
+    ep = export(CachedAttention(fully_masked_row), q, k, v)
+    (decision,) = [d for d in phaseconv.explain(ep) if d.rule == "attention"]
+    assert not decision.applied and "every query row" in decision.reason

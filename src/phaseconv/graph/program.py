@@ -253,11 +253,23 @@ def written_in_place(node: Node) -> bool:
             continue
         seen.add(current)
         for user in current.users:
-            if is_in_place(user):
+            if _writes(user, current):
                 return True
             if _is_view(user):
                 stack.append(user)
     return False
+
+
+def _writes(node: Node, operand: Node) -> bool:
+    """Does `node` write `operand` in place? `y -= bias` writes y, not bias: only an argument
+    that the op's schema marks as written counts."""
+    if not is_in_place(node):
+        return False
+    arguments = node.target._schema.arguments
+    values = {**dict(zip((a.name for a in arguments), node.args)), **node.kwargs}
+    return any(
+        values.get(a.name) is operand and a.alias_info is not None and a.alias_info.is_write for a in arguments
+    )
 
 
 def shape_stand_in(node: Node) -> torch.Tensor:

@@ -27,8 +27,18 @@ class ModelSource:
     inputs: tuple[torch.Tensor, ...]
 
 
-def load_model(spec: str) -> ModelSource:
-    """Load or build the exported program that `spec` names, with inputs to run it on."""
+def load_model(spec: str, weights: Path | None = None) -> ModelSource:
+    """Load or build the exported program that `spec` names, with inputs to run it on.
+
+    `weights` (a .safetensors file) is for `pocket-tts:CONFIG`, whose weights cannot be downloaded here.
+    """
+    if weights is not None and not spec.startswith("pocket-tts:"):
+        raise PhaseconvError(f"--weights is for pocket-tts:CONFIG models, not {spec}")
+    if spec.startswith("pocket-tts:"):
+        from phaseconv.models.pocket_tts import DEFAULT_CONFIG, mimi_step
+
+        config = spec.removeprefix("pocket-tts:") or DEFAULT_CONFIG
+        return _from_factory(spec, lambda: mimi_step(config, weights))
     if spec.startswith("demo:"):
         from phaseconv.models import DEMO_MODELS
 
@@ -67,6 +77,8 @@ def _from_file(path: Path) -> ModelSource:
 def _from_factory(spec: str, factory) -> ModelSource:
     try:
         built = factory()
+    except PhaseconvError:
+        raise
     except Exception as error:
         raise PhaseconvError(f"the factory {spec} raised {type(error).__name__}: {error}") from None
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], torch.nn.Module)):

@@ -11,6 +11,7 @@ from phaseconv.rules.lstm import LstmRule
 from phaseconv.rules.mean import MeanRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
 from phaseconv.rules.reflect_pad import ReflectPadRule
+from phaseconv.rules.slice_scatter import SliceScatterRule
 from phaseconv.rules.views import ViewRule
 
 DEFAULT_RULES: tuple[Rule, ...] = (
@@ -24,6 +25,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ViewRule(),
     LstmRule(),
     ReflectPadRule(),
+    SliceScatterRule(),
     ConstantOperandRule(),
 )
 RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}

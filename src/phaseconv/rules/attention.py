@@ -5,6 +5,10 @@ masked give zeros) built from where / any / logical_not / full_like, and its 4-D
 expand copies: none of them is delegated. With a mask known ahead of time (causal, or folded from
 shapes) and no row fully masked, the additive mask M = 0 where attending, -inf elsewhere gives the
 same softmax, and everything left is bmm, mul, add and softmax, which XNNPACK runs.
+
+A float mask computed at run time (a streaming decoder's window over a KV cache, whose first slots
+are empty at the start of an utterance) is added as it is, when it is a `cat` over the keys with a
+constant piece that leaves every query row some key: then no row can be fully masked.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class AttentionPlan:
     node: Node
     scale: float
     additive_mask: torch.Tensor | None
+    runtime_mask: Node | None = None
 
 
 def _arguments(node: Node) -> dict:
@@ -66,7 +71,13 @@ class AttentionRule:
             try:
                 mask = editor.constant_value(args["attn_mask"])
             except NotConstant as why:
-                return Skip(f"the mask is not known ahead of time: {why}")
+                problem = _runtime_mask_problem(args["attn_mask"], editor, query.dtype)
+                if problem is not None:
+                    return Skip(f"the mask is not known ahead of time ({why}) and {problem}")
+                if args["is_causal"]:
+                    return Skip("a mask computed at run time together with is_causal")
+                scale = args["scale"] if args["scale"] is not None else 1 / math.sqrt(query.shape[-1])
+                return AttentionPlan(node, float(scale), None, args["attn_mask"])
         if args["is_causal"]:
             causal = torch.ones(length, keys, dtype=torch.bool).tril()
             mask = causal if mask is None else mask & causal
@@ -79,6 +90,7 @@ class AttentionRule:
 
     def describe(self, plan: AttentionPlan) -> str:
         mask = "" if plan.additive_mask is None else " + constant mask"
+        mask = " + run-time mask" if plan.runtime_mask is not None else mask
         return f"softmax(q k^T * {plan.scale:g}{mask}) v as bmm / softmax"
 
     def apply(self, plan: AttentionPlan, editor: ProgramEditor) -> None:
@@ -96,13 +108,49 @@ class AttentionRule:
         k = emit(aten.permute_copy.default, emit(aten.view.default, key, [heads, keys, width]), [0, 2, 1])
         scores = emit(aten.bmm.default, q, k)
         scores = emit(aten.mul.Tensor, scores, editor.scalar_constant(plan.scale, scores))
-        if plan.additive_mask is not None:
+        if plan.additive_mask is not None or plan.runtime_mask is not None:
             scores = emit(aten.view.default, scores, [*batch, length, keys])
-            mask = plan.additive_mask
-            mask = mask.reshape([1] * (len(batch) + 2 - mask.dim()) + list(mask.shape)).contiguous()
-            scores = emit(aten.add.Tensor, scores, editor.new_constant(mask, f"{node.name}_mask"))
+            if plan.runtime_mask is not None:
+                shape = list(plan.runtime_mask.meta["val"].shape)
+                mask = emit(aten.view.default, plan.runtime_mask, [1] * (len(batch) + 2 - len(shape)) + shape)
+            else:
+                mask = plan.additive_mask
+                mask = mask.reshape([1] * (len(batch) + 2 - mask.dim()) + list(mask.shape)).contiguous()
+                mask = editor.new_constant(mask, f"{node.name}_mask")
+            scores = emit(aten.add.Tensor, scores, mask)
             scores = emit(aten.view.default, scores, [heads, length, keys])
         weights = emit(aten._softmax.default, scores, -1, False)
         v = emit(aten.view.default, value, [heads, keys, value_width])
         out = emit(aten.bmm.default, weights, v)
-        editor.replace([node], emit(aten.view.default, out, [*batch, length, value_width]))
+        out = emit(aten.view.default, out, [*batch, length, value_width])
+        editor.replace([node], _with_layout_of(node, out, emit))
+
+
+def _with_layout_of(node: Node, out: Node, emit) -> Node:
+    """`out` (contiguous) with the strides of `node`'s result: PyTorch's attention returns
+    [B, H, L, D] laid out as [B, L, H, D], and a later `transpose(1, 2).view(...)` relies on it."""
+    val = node.meta["val"]
+    if val.is_contiguous():
+        return out
+    order = sorted(range(val.dim()), key=lambda dim: -val.stride(dim))
+    inverse = sorted(range(val.dim()), key=order.__getitem__)
+    return emit(aten.permute.default, emit(aten.permute_copy.default, out, order), inverse)
+
+
+def _runtime_mask_problem(mask: Node, editor: ProgramEditor, dtype: torch.dtype) -> str | None:
+    """None if a run-time mask can be added as it is: a float `cat` over the keys with a constant
+    piece that leaves every query row a key (so no row is ever fully masked); else what is missing."""
+    value = mask.meta["val"]
+    if value.dtype != dtype:
+        return f"it is {value.dtype}, not an additive {dtype} mask"
+    if mask.target != aten.cat.default or (mask.args[1] if len(mask.args) > 1 else 0) % value.dim() != value.dim() - 1:
+        return "it is not a cat over the keys with a constant part that keeps every query row attending"
+    for piece in mask.args[0]:
+        try:
+            constant = editor.constant_value(piece)
+        except NotConstant:
+            continue
+        rows = torch.broadcast_to(constant, (*value.shape[:-1], constant.shape[-1]))
+        if bool((rows > float("-inf")).any(dim=-1).all()):
+            return None
+    return "no constant part of it keeps every query row attending to some key"

@@ -1,13 +1,18 @@
-"""squeeze / unsqueeze -> view, alias -> its input: the same tensor, in a form XNNPACK takes.
+"""squeeze / unsqueeze -> view, alias -> its input, select / unbind -> slice + view, a functional
+copy of a same-shaped tensor -> that tensor: the same values, in a form XNNPACK takes.
 
-XNNPACK's partitioner delegates unsqueeze only on the trailing dimension, and squeeze and alias
-(what `x[..., :len]` of a whole dimension exports to) not at all: StyleGAN2's styles[:, :, None,
-None] and EnCodec's padding each split the partition. With static shapes a squeeze or unsqueeze
-is a view to the result's shape, and an alias is its input.
+XNNPACK's partitioner delegates unsqueeze only on the trailing dimension, and squeeze, alias
+(what `x[..., :len]` of a whole dimension exports to), select (`x[..., 0]`) and unbind not at all:
+StyleGAN2's styles[:, :, None, None], EnCodec's padding and RoPE's real/imaginary parts each split
+the partition. With static shapes a squeeze or unsqueeze is a view to the result's shape, an alias
+is its input, and select(x, d, i) is view(slice(x, d, i, i + 1)) (unbind: one per index).
+`copy(dst, src)` (what a state write `state[:] = x` functionalizes to) is `src` when both have one
+shape and dtype; ExecuTorch would run it as a portable copy.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +22,9 @@ from phaseconv.graph.program import ProgramEditor
 from phaseconv.rules.base import Skip
 
 aten = torch.ops.aten
-TARGETS = (aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.alias.default)
+RESHAPES = (aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+SELECTS = (aten.select.int, aten.unbind.int)
+TARGETS = (*RESHAPES, aten.alias.default, aten.copy.default, *SELECTS)
 
 
 @dataclass(frozen=True)
@@ -33,17 +40,46 @@ class ViewRule:
         return node.op == "call_function" and node.target in TARGETS
 
     def check(self, node: Node, editor: ProgramEditor) -> ViewPlan | Skip:
-        shape = tuple(node.meta["val"].shape)
+        shape = tuple(node.args[0].meta["val"].shape if node.target in SELECTS else node.meta["val"].shape)
         if not all(isinstance(size, int) for size in shape):
             return Skip("dynamic shape")
+        if node.target == aten.copy.default:
+            dst, src = (arg.meta["val"] for arg in node.args[:2])
+            if dst.shape != src.shape or dst.dtype != src.dtype:
+                return Skip(f"a copy that broadcasts or casts ({list(src.shape)} {src.dtype} into {list(dst.shape)} "
+                            f"{dst.dtype})")
+        if node.target == aten.unbind.int and any(user.target != operator.getitem for user in node.users):
+            return Skip("the unbound tuple is read as a whole")
         return ViewPlan(node, shape)
 
     def describe(self, plan: ViewPlan) -> str:
-        return "its input" if plan.node.target == aten.alias.default else f"view to {list(plan.shape)}"
+        if plan.node.target == aten.alias.default:
+            return "its input"
+        if plan.node.target == aten.copy.default:
+            return "the copied tensor"
+        if plan.node.target in SELECTS:
+            return "slice + view"
+        return f"view to {list(plan.shape)}"
 
     def apply(self, plan: ViewPlan, editor: ProgramEditor) -> None:
         node = plan.node
         if node.target == aten.alias.default:
             editor.replace([node], node.args[0])
+        elif node.target == aten.copy.default:
+            editor.replace([node], node.args[1])
+        elif node.target == aten.select.int:
+            editor.replace([node], _select(editor, node, node.args[0], node.args[1], node.args[2], plan.shape))
+        elif node.target == aten.unbind.int:
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+            for user in list(node.users):
+                editor.replace([user], _select(editor, user, node.args[0], dim, user.args[1], plan.shape))
         else:
             editor.replace([node], editor.emit(node, aten.view.default, node.args[0], list(plan.shape)))
+
+
+def _select(editor: ProgramEditor, anchor: Node, x: Node, dim: int, index: int, shape: tuple[int, ...]) -> Node:
+    """x.select(dim, index) as view(slice(x, dim, index, index + 1)), for x of static `shape`."""
+    dim %= len(shape)
+    index %= shape[dim]
+    piece = editor.emit(anchor, aten.slice.Tensor, x, dim, index, index + 1)
+    return editor.emit(anchor, aten.view.default, piece, [*shape[:dim], *shape[dim + 1 :]])

@@ -2,7 +2,8 @@
 
 Runtime facts this module encodes (executorch 1.5.1):
 - the thread pool size must be set before any XNNPACK program is loaded (later it crashes);
-- `_load_for_executorch_from_buffer` does not copy the bytes: they must outlive the program.
+- `_load_for_executorch_from_buffer` does not copy the bytes: they must outlive the program;
+- a buffer the program writes starts from garbage unless its initial value is serialized.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from executorch.exir import (
     ExecutorchProgramManager,
     to_edge_transform_and_lower,
 )
+from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 from executorch.extension.pybindings import portable_lib
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
@@ -44,7 +46,21 @@ def to_xnnpack(ep: ExportedProgram, external_constants: bool = False) -> Executo
     edge = to_edge_transform_and_lower(
         ep, partitioner=[XnnpackPartitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
     )
-    return edge.to_executorch(ExecutorchBackendConfig(external_constants=external_constants))
+    return edge.to_executorch(
+        ExecutorchBackendConfig(
+            external_constants=external_constants,
+            passes=[InitializedMutableBufferPass(_mutated_buffer_inputs(edge.exported_program()))],
+        )
+    )
+
+
+def _mutated_buffer_inputs(ep: ExportedProgram) -> list[str]:
+    """Placeholders of the buffers the program writes. ExecuTorch serializes only their shape and
+    dtype unless told otherwise, so a stateful program would start from memory that eager never had
+    (a streaming decoder's first frames then differ); with these, each starts from its buffer's value."""
+    signature = ep.graph_signature
+    written = set(signature.buffers_to_mutate.values())
+    return [name for name, target in signature.inputs_to_buffers.items() if target in written]
 
 
 def external_data(manager: ExecutorchProgramManager) -> dict[str, bytes]:
@@ -78,3 +94,7 @@ class LoadedProgram:
 
     def run(self, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
         return list(self._module.forward(tuple(inputs)))
+
+    def method_meta(self, method: str = "forward"):
+        """Input and output tensor shapes and dtypes of a method, as the program declares them."""
+        return self._module.method_meta(method)

@@ -28,6 +28,7 @@ class DelegationSummary:
     partitions: int = 0
     inside: Counter = field(default_factory=Counter)
     outside: Counter = field(default_factory=Counter)
+    external_constants: int = 0  # delegate constants kept in a .ptd file beside the .pte
 
     @property
     def layout_transposes(self) -> int:
@@ -39,15 +40,18 @@ class DelegationSummary:
             "inside": dict(sorted(self.inside.items())),
             "outside": dict(sorted(self.outside.items())),
             "layout_transposes": self.layout_transposes,
+            "external_constants": self.external_constants,
         }
 
 
 def summarize_pte(data: bytes) -> DelegationSummary:
     """The delegation summary of a serialized program (the bytes of a .pte file)."""
     try:
-        program = deserialize_pte_binary(data).program
+        pte = deserialize_pte_binary(data)
     except Exception as error:  # the deserializer raises anything from struct to flatbuffer errors
         raise PhaseconvError(f"not an ExecuTorch program: {type(error).__name__}: {error}") from None
+    program = pte.program
+    inline = set(pte.named_data.pte_data) if pte.named_data is not None else set()
     plan = program.execution_plan[0]
     summary = DelegationSummary()
     for instruction in plan.chains[0].instructions:
@@ -56,8 +60,10 @@ def summarize_pte(data: bytes) -> DelegationSummary:
             summary.partitions += 1
             delegate = plan.delegates[args.delegate_index]
             if delegate.id == XNNPACK:
-                payload = program.backend_delegate_data[delegate.processed.index].data
-                summary.inside.update(_xnnpack_nodes(payload))
+                graph = _xnnpack_graph(program.backend_delegate_data[delegate.processed.index].data)
+                summary.inside.update(node["xnode_union_type"] for node in graph["xnodes"])
+                keys = {c.get("named_key") for c in graph.get("constant_data", [])} - {None, ""}
+                summary.external_constants += len(keys - inline)
             else:
                 summary.inside[delegate.id] += 1
         elif isinstance(args, KernelCall):
@@ -76,8 +82,8 @@ def summarize_pte_file(path: str | Path) -> DelegationSummary:
         raise PhaseconvError(f"{path}: {error}") from None
 
 
-def _xnnpack_nodes(payload: bytes) -> Counter:
-    """XNNPACK node types in a delegate payload (its flatbuffer, decoded with ExecuTorch's flatc)."""
+def _xnnpack_graph(payload: bytes) -> dict:
+    """An XNNPACK delegate payload's graph (its flatbuffer, decoded with ExecuTorch's flatc)."""
     header = XNNHeader.from_bytes(payload[: XNNHeader.EXPECTED_LENGTH])
     graph = payload[header.flatbuffer_offset : header.flatbuffer_offset + header.flatbuffer_size]
     with tempfile.TemporaryDirectory() as folder:
@@ -87,5 +93,4 @@ def _xnnpack_nodes(payload: bytes) -> Counter:
         _flatc_decompile(str(folder), str(folder / "schema.fbs"), str(folder / "graph.bin"))
         # flatc writes non-finite floats bare (a clamp's open bound is inf): quote them for json
         text = BARE_NON_FINITE.sub(rb'"\1"', (folder / "graph.json").read_bytes())
-        nodes = json.loads(text)["xnodes"]
-    return Counter(node["xnode_union_type"] for node in nodes)
+        return json.loads(text)
