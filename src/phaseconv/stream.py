@@ -71,8 +71,10 @@ class StepProgram:
         self.load_ms = (time.perf_counter() - start) * 1e3
         meta = self.program.method_meta()
         if meta.num_inputs() != 1 or meta.num_outputs() != 1:
-            raise PhaseconvError(f"{path} is not a step program: it takes {meta.num_inputs()} inputs and gives "
-                                 f"{meta.num_outputs()} outputs (a step takes one latent frame, gives one PCM frame)")
+            raise PhaseconvError(
+                f"{path} is not a step program: it takes {meta.num_inputs()} inputs and gives "
+                f"{meta.num_outputs()} outputs (a step takes one latent frame, gives one PCM frame)"
+            )
         latent, pcm = list(meta.input_tensor_meta(0).sizes()), list(meta.output_tensor_meta(0).sizes())
         if len(latent) != 3 or latent[:2] != [1, 1] or len(pcm) != 3 or pcm[:2] != [1, 1]:
             raise PhaseconvError(f"{path} is not a step program: it maps {latent} to {pcm}, not [1, 1, D] to [1, 1, N]")
@@ -115,9 +117,7 @@ def to_pcm16(samples: torch.Tensor) -> bytes:
     return (samples.clamp(-1, 1) * 32767).round().to(torch.int16).numpy().astype("<i2").tobytes()
 
 
-def stream(
-    step: StepProgram, latents: torch.Tensor, on_frame: Callable[[torch.Tensor], None]
-) -> StreamReport:
+def stream(step: StepProgram, latents: torch.Tensor, on_frame: Callable[[torch.Tensor], None]) -> StreamReport:
     """Decode every latent frame, handing each frame's samples to `on_frame` as soon as it is there."""
     times = []
     for pcm, elapsed in step.frames(latents):

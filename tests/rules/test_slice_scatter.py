@@ -24,7 +24,9 @@ class OverlapAdd(nn.Module):
 
 
 @pytest.mark.parametrize(
-    "start, end, dim", [(0, 4, -1), (3, 7, -1), (6, 10, -1), (0, 10, -1), (1, 3, 1)], ids=["head", "middle", "tail", "all", "channels"]
+    "start, end, dim",
+    [(0, 4, -1), (3, 7, -1), (6, 10, -1), (0, 10, -1), (1, 3, 1)],
+    ids=["head", "middle", "tail", "all", "channels"],
 )
 def test_overlap_add_is_a_cat_in_one_partition(start, end, dim):
     y = torch.randn(1, 6, 10)

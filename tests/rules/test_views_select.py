@@ -16,7 +16,9 @@ class RealImaginary(nn.Module):
         pairs = x.view(1, 4, 3, 2)
         real, imaginary = pairs[..., 0], pairs[..., 1]
         k, v = torch.unbind(x.view(1, 2, 2, 6), dim=1)
-        return torch.stack([real * 2 - imaginary, imaginary * 3 + real], dim=-1).view(1, 24) + torch.cat([k, v], 1).view(1, 24)
+        return torch.stack([real * 2 - imaginary, imaginary * 3 + real], dim=-1).view(1, 24) + torch.cat(
+            [k, v], 1
+        ).view(1, 24)
 
 
 def test_select_and_unbind_become_slices_in_one_partition():

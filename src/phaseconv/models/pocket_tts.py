@@ -76,8 +76,10 @@ def load_weights(mimi: nn.Module, path: Path, config: str) -> None:
         problems += [f"{len(unexpected)} unexpected (e.g. {unexpected[0]})"] if unexpected else []
         if wrong:
             name = wrong[0]
-            problems.append(f"{len(wrong)} of another shape (e.g. {name}: {list(state[name].shape)} in the file, "
-                            f"{list(expected[name].shape)} in the config)")
+            problems.append(
+                f"{len(wrong)} of another shape (e.g. {name}: {list(state[name].shape)} in the file, "
+                f"{list(expected[name].shape)} in the config)"
+            )
         raise PhaseconvError(f"the weights in {path} do not fit pocket-tts config {config}: {'; '.join(problems)}")
     mimi.load_state_dict(state, strict=True)
 
@@ -184,8 +186,10 @@ class MimiStep(nn.Module):
         self.frame_size = self.mimi.frame_size
 
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
-        state = {name: {key: getattr(self, buffer) for key, buffer in slots.items()}
-                 for name, slots in self._state_slots.items()}
+        state = {
+            name: {key: getattr(self, buffer) for key, buffer in slots.items()}
+            for name, slots in self._state_slots.items()
+        }
         return self.mimi.decode_from_latent(latent, state)
 
 

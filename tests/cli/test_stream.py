@@ -1,0 +1,99 @@
+"""`phaseconv lower pocket-tts:CONFIG` and `phaseconv stream` through the installed console script."""
+
+import json
+import subprocess
+import wave
+
+import numpy as np
+import pytest
+
+from tests.cli.test_cli import PHASECONV, ROOT, phaseconv
+
+pytest.importorskip("pocket_tts")
+
+SMALL = "pocket-tts:english_2m_2026-10"
+
+
+@pytest.fixture(scope="module")
+def step(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("step")
+    result = phaseconv("lower", SMALL, "-o", folder / "step.pte", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["delegation"]["phaseconv"]["partitions"] == 1
+    assert set(report["delegation"]["phaseconv"]["outside"]) == {"aten::copy_"}
+    return folder / "step.pte"
+
+
+def test_pcm_on_stdout_is_1920_samples_per_frame(step, tmp_path):
+    latents = np.random.default_rng(0).standard_normal((5, 32)).astype(np.float32)
+    np.save(tmp_path / "z.npy", latents)
+    args = ["stream", step, "--latents", tmp_path / "z.npy", "--pcm", "--json", tmp_path / "s.json"]
+    result = subprocess.run([*PHASECONV, *map(str, args)], capture_output=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout) == 5 * 1920 * 2
+    result.stderr = result.stderr.decode()
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["frames"] == 5 and summary["samples_per_frame"] == 1920
+    assert {"first_audio_ms", "median_ms", "p95_ms", "real_time_factor"} <= set(summary)
+    assert "first audio" in result.stderr and "p95" in result.stderr
+
+
+def test_wav_output(step, tmp_path):
+    result = phaseconv("stream", step, "--frames", 3, "-o", tmp_path / "out.wav")
+    assert result.returncode == 0, result.stderr
+    with wave.open(str(tmp_path / "out.wav")) as audio:
+        assert (audio.getnchannels(), audio.getsampwidth(), audio.getframerate()) == (1, 2, 24000)
+        assert audio.getnframes() == 3 * 1920
+
+
+@pytest.mark.parametrize(
+    "latents, message",
+    [
+        (np.zeros((3, 7), np.float32), "has shape [3, 7]; the step takes [frames, 32]"),
+        (np.zeros((3, 32), np.float64), "float64"),
+        (np.zeros((0, 32), np.float32), "has shape [0, 32]"),
+    ],
+    ids=["width", "dtype", "empty"],
+)
+def test_bad_latents_get_one_line_and_no_file(step, tmp_path, latents, message):
+    np.save(tmp_path / "z.npy", latents)
+    result = phaseconv("stream", step, "--latents", tmp_path / "z.npy", "-o", tmp_path / "out.wav")
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out.wav").exists()
+    assert list(tmp_path.iterdir()) == [tmp_path / "z.npy"]
+
+
+def test_a_program_that_is_not_a_step_is_refused(tmp_path):
+    pte = tmp_path / "decoder.pte"
+    assert phaseconv("lower", "demo:seanet-decoder", "-o", pte).returncode == 0
+    result = phaseconv("stream", pte, "--frames", 2, "--pcm")
+    assert result.returncode == 2 and "is not a step program" in result.stderr, result.stderr
+
+
+def test_missing_external_data_is_refused_before_loading(tmp_path):
+    pte = tmp_path / "step.pte"
+    result = phaseconv("lower", SMALL, "-o", pte, "--no-rewrite", "--external-constants")
+    assert result.returncode == 0, result.stderr
+    pte.with_suffix(".ptd").unlink()
+    result = phaseconv("stream", pte, "--frames", 2, "--pcm")
+    assert result.returncode == 2 and "step.ptd is missing" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["lower", "pocket-tts:nope", "-o", "{tmp}/x.pte"], "unknown pocket-tts config 'nope'"),
+        (["lower", "demo:seanet-decoder", "--weights", "{tmp}/w.safetensors", "-o", "{tmp}/x.pte"], "--weights is for"),
+        (["lower", SMALL, "--weights", "{tmp}/none.safetensors", "-o", "{tmp}/x.pte"], "no such weights file"),
+        (["lower", SMALL, "--weights", "{tmp}/w.safetensors", "-o", "{tmp}/x.pte"], "cannot read"),
+        (["stream", "{tmp}/w.safetensors", "--pcm"], "not an ExecuTorch program"),
+        (["stream", "{tmp}/none.pte", "--pcm"], "no such file"),
+    ],
+    ids=["config", "weights-elsewhere", "no-weights", "bad-weights", "not-a-program", "no-program"],
+)
+def test_bad_input_gets_one_line_and_exit_2(tmp_path, args, message):
+    (tmp_path / "w.safetensors").write_bytes(b"not safetensors")
+    result = phaseconv(*[a.format(tmp=tmp_path) for a in args])
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "x.pte").exists()

@@ -1,0 +1,73 @@
+"""pocket-tts's Mimi decoder as a streaming step: through the runtime, frame by frame, against
+pocket-tts's own streaming decode of the same latents."""
+
+import copy
+
+import pytest
+import torch
+
+import phaseconv
+from phaseconv.errors import PhaseconvError
+from phaseconv.models.pocket_tts import MimiStep, build_mimi, peak_scaled_pcm_error, stream_eager
+from phaseconv.runtimes.executorch import LoadedProgram
+from tests.helpers import STATE_WRITES, transposed_convs
+
+pytest.importorskip("pocket_tts")
+
+SMALL, DEFAULT = "english_2m_2026-10", "english_2026-09"
+FRAMES = 60  # past the decoder transformer's context window (250 steps = 16 frames; small: 50 steps)
+
+
+def lowered_step(mimi):
+    step = MimiStep(mimi)
+    latent = torch.zeros(1, 1, step.latent_dim)
+    with torch.no_grad():
+        ep = torch.export.export(step, (latent,))
+    return phaseconv.rewrite(ep), phaseconv.lower(ep)
+
+
+def stream_runtime(buffer: bytes, latents: torch.Tensor) -> torch.Tensor:
+    program = LoadedProgram(buffer)
+    return torch.cat([program.run((latents[:, i : i + 1],))[0] for i in range(latents.shape[1])], dim=-1)
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT])
+def test_streamed_step_equals_pocket_tts_streaming_decode(config):
+    mimi = build_mimi(config)
+    rewritten, lowered = lowered_step(mimi)
+    assert transposed_convs(rewritten) == []
+    assert lowered.summary.partitions == 1 and set(lowered.summary.outside) <= STATE_WRITES, lowered.summary
+    latents = torch.randn(1, FRAMES, mimi.quantizer.dimension, generator=torch.Generator().manual_seed(3))
+    expected = torch.cat(list(stream_eager(copy.deepcopy(mimi), latents)), dim=-1)
+    audio = stream_runtime(lowered.buffer, latents)
+    assert audio.shape == (1, 1, FRAMES * 1920)
+    assert peak_scaled_pcm_error(audio, expected) < 1.0
+    # A fresh load is a new utterance: the same audio again.
+    assert torch.equal(stream_runtime(lowered.buffer, latents), audio)
+
+
+def test_step_module_equals_pocket_tts_in_eager_for_every_frame():
+    mimi = build_mimi(SMALL)
+    step = MimiStep(mimi)
+    latents = torch.randn(1, 8, step.latent_dim)
+    with torch.no_grad():
+        frames = [step(latents[:, i : i + 1]) for i in range(8)]
+    for frame, expected in zip(frames, stream_eager(copy.deepcopy(mimi), latents)):
+        torch.testing.assert_close(frame, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_weights_from_a_safetensors_file(tmp_path):
+    from safetensors.torch import save_file
+
+    source = build_mimi(SMALL, seed=7)
+    path = tmp_path / "mimi.safetensors"
+    save_file({f"mimi.{k}": v.contiguous() for k, v in source.state_dict().items()}, path)
+    loaded = build_mimi(SMALL, weights=path)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in source.state_dict().items())
+    with pytest.raises(PhaseconvError, match="do not fit pocket-tts config english_2026-09"):
+        build_mimi(DEFAULT, weights=path)
+
+
+def test_unknown_config_names_the_shipped_ones():
+    with pytest.raises(PhaseconvError, match="unknown pocket-tts config 'nope'.*english_2026-09"):
+        build_mimi("nope")
