@@ -1,0 +1,146 @@
+"""Streaming decode, frame by frame: pocket-tts's Mimi decoder as a step program, stock and phaseconv,
+against pocket-tts's own eager streaming decode, at 1 and 2 threads.
+
+    python benchmarks/streaming.py [--config english_2026-09] [--threads 1,2] [--frames 120]
+                                   [--json results/streaming.json]
+
+Per thread count (one worker process each: XNNPACK's pool is sized before any load): export the step,
+lower it with stock ExecuTorch and after phaseconv.rewrite, load both, and decode the same random
+latents with the two programs and pocket-tts's eager decode, one frame of each in turn. Reported per
+program: time to first audio (the first frame's call on a fresh load), median and p95 per frame over
+the frames after it, and the error against pocket-tts's audio in 16-bit PCM steps (waveform scaled
+to peak 1).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+console = Console(width=200)
+PROGRAMS = ("stock step", "phaseconv step", "pocket-tts eager")
+
+
+def worker(config: str, threads: int, frames: int, out: Path) -> None:
+    from phaseconv.runtimes.executorch import set_threads
+
+    set_threads(threads)  # before any program is loaded
+    import torch
+
+    import phaseconv
+    from phaseconv.models.pocket_tts import MimiStep, build_mimi, peak_scaled_pcm_error, stream_eager
+    from phaseconv.runtimes.executorch import LoadedProgram
+
+    torch.set_num_threads(threads)
+    mimi = build_mimi(config)
+    step = MimiStep(mimi)
+    latents = torch.randn(1, frames, step.latent_dim, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ep = torch.export.export(step, (latents[:, :1],))
+    lowered = {"stock step": phaseconv.lower(ep, rewrite=False), "phaseconv step": phaseconv.lower(ep)}
+    loaded = {name: LoadedProgram(program.buffer) for name, program in lowered.items()}
+    eager = stream_eager(copy.deepcopy(mimi), latents)
+    calls = {name: (lambda i, p=program: p.run((latents[:, i : i + 1],))[0]) for name, program in loaded.items()}
+    calls["pocket-tts eager"] = lambda i: next(eager)
+    times = {name: [] for name in PROGRAMS}
+    audio = {name: [] for name in PROGRAMS}
+    for i in range(frames):
+        for name in PROGRAMS:
+            start = time.perf_counter()
+            audio[name].append(calls[name](i))
+            times[name].append((time.perf_counter() - start) * 1e3)
+        print("frame", flush=True)
+    reference = torch.cat(audio["pocket-tts eager"], dim=-1)
+    rows = []
+    for name in PROGRAMS:
+        summary = lowered[name].summary if name in lowered else None
+        rows.append(
+            {
+                "config": config,
+                "threads": threads,
+                "program": name,
+                "first_audio_ms": times[name][0],
+                "median_ms": statistics.median(times[name][1:]),
+                "p95_ms": float(np.percentile(times[name][1:], 95)),
+                "pcm_steps": peak_scaled_pcm_error(torch.cat(audio[name], dim=-1), reference),
+                "partitions": summary.partitions if summary else None,
+                "outside": dict(summary.outside) if summary else None,
+            }
+        )
+    out.write_text(json.dumps(rows))
+
+
+def run_workers(config: str, threads: list[int], frames: int) -> list[dict]:
+    rows = []
+    for count in threads:
+        with tempfile.TemporaryDirectory() as folder:
+            out = Path(folder) / "rows.json"
+            command = [sys.executable, __file__, "--worker", "--config", config, "--threads", str(count)]
+            command += ["--frames", str(frames), "--json", str(out)]
+            with console.status(f"{config}, {count} thread(s): lowering, then {frames} frames of each program"):
+                process = subprocess.run(command, capture_output=True, text=True)
+            if process.returncode != 0:
+                console.print(process.stderr[-3000:])
+                raise typer.Exit(1)
+            rows += json.loads(out.read_text())
+    return rows
+
+
+def table(rows: list[dict], frames: int) -> Table:
+    title = f"pocket-tts Mimi decoder, one 80 ms frame per call, {frames} frames, interleaved"
+    result = Table(title=title)
+    columns = ("config", "threads", "program", "first audio ms", "median ms", "p95 ms", "vs stock", "vs eager")
+    for column in (*columns, "PCM steps", "partitions", "outside"):
+        result.add_column(column)
+    for row in rows:
+        peers = {r["program"]: r["median_ms"] for r in rows if (r["config"], r["threads"]) == (row["config"], row["threads"])}
+        result.add_row(
+            row["config"],
+            str(row["threads"]),
+            row["program"],
+            f"{row['first_audio_ms']:.2f}",
+            f"{row['median_ms']:.2f}",
+            f"{row['p95_ms']:.2f}",
+            f"{peers['stock step'] / row['median_ms']:.2f}x",
+            f"{peers['pocket-tts eager'] / row['median_ms']:.2f}x",
+            f"{row['pcm_steps']:.3f}",
+            "-" if row["partitions"] is None else str(row["partitions"]),
+            "-" if row["outside"] is None else ", ".join(f"{k} x{v}" for k, v in sorted(row["outside"].items())),
+        )
+    return result
+
+
+def main(
+    config: str = typer.Option("english_2026-09", help="a config shipped with pocket-tts"),
+    threads: str = typer.Option("1,2", help="thread counts, comma-separated"),
+    frames: int = typer.Option(120, min=2, help="frames decoded by each program (80 ms each)"),
+    json_path: Path = typer.Option(Path("results/streaming.json"), "--json", help="where to write the results"),
+    is_worker: bool = typer.Option(False, "--worker", hidden=True),
+) -> None:
+    if is_worker:
+        worker(config, int(threads), frames, json_path)
+        return
+    rows = run_workers(config, [int(t) for t in threads.split(",")], frames)
+    console.print(table(rows, frames))
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"frames": frames, "machine": platform.machine(), "processor": platform.processor()}
+    json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    console.print(f"wrote {json_path}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
