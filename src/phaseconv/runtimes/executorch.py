@@ -2,11 +2,13 @@
 
 Runtime facts this module encodes (executorch 1.5.1):
 - the thread pool size must be set before any XNNPACK program is loaded (later it crashes);
-- `_load_for_executorch_from_buffer` does not copy the bytes: they must outlive the program;
+- a program loaded from bytes does not copy them: they must outlive the program;
 - a buffer the program writes starts from garbage unless its initial value is serialized.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -18,6 +20,7 @@ from executorch.exir import (
 )
 from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 from executorch.extension.pybindings import portable_lib
+from executorch.runtime import Runtime
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
@@ -83,18 +86,22 @@ def _tag_constants_external(ep: ExportedProgram) -> ExportedProgram:
 
 
 class LoadedProgram:
-    """A program loaded by the ExecuTorch runtime; keeps its bytes alive as long as it lives."""
+    """A program loaded by the ExecuTorch runtime, its `forward` initialized; keeps its bytes alive
+    as long as it lives. `data_path`: the .ptd file of a program saved with external constants.
 
-    def __init__(self, buffer: bytes, data: bytes | None = None):
+    The method is initialized here, not on the first call (XNNPACK packs its weights then: 28 ms
+    for the pocket-tts step), so the first call costs what the others do: time to first audio."""
+
+    def __init__(self, buffer: bytes, data_path: str | Path | None = None):
         global _threads_locked
         self._buffer = bytes(buffer)
-        self._data = None if data is None else bytes(data)
-        self._module = portable_lib._load_for_executorch_from_buffer(self._buffer, self._data)
+        self._program = Runtime.get().load_program(self._buffer, data_path=data_path)
+        self._method = self._program.load_method("forward")
         _threads_locked = True
 
     def run(self, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
-        return list(self._module.forward(tuple(inputs)))
+        return list(self._method.execute(tuple(inputs)))
 
-    def method_meta(self, method: str = "forward"):
-        """Input and output tensor shapes and dtypes of a method, as the program declares them."""
-        return self._module.method_meta(method)
+    def method_meta(self):
+        """Input and output tensor shapes and dtypes of `forward`, as the program declares them."""
+        return self._method.metadata
