@@ -107,7 +107,9 @@ def table(rows: list[dict], frames: int) -> Table:
     for column in (*columns, "PCM steps", "partitions", "outside"):
         result.add_column(column)
     for row in rows:
-        peers = {r["program"]: r["median_ms"] for r in rows if (r["config"], r["threads"]) == (row["config"], row["threads"])}
+        peers = {
+            r["program"]: r["median_ms"] for r in rows if (r["config"], r["threads"]) == (row["config"], row["threads"])
+        }
         result.add_row(
             row["config"],
             str(row["threads"]),
