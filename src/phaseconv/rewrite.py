@@ -43,22 +43,23 @@ def functional(program: ExportedProgram) -> ExportedProgram:
     return program.run_decompositions({})
 
 
+def rule_stage(rule) -> int:
+    return getattr(rule, "stage", 1)
+
+
 def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgram, list[Decision]]:
     """The rewritten copy of `ep` and the decision for every candidate node.
 
-    Rules marked `runs_first` (constant folding) are planned and applied first; the others are
-    then planned on the result, so they see folded constants.
+    Rules run in stages (a rule's `stage`, 1 unless it says otherwise): constant folding (0) is
+    planned and applied first, so the rewrites (1) see folded constants; clean-ups of what the
+    rewrites emit (2) come last.
     """
     require_program(ep)
     rules = resolve_rules(rules)
     program = functional(copy_program(ep))
     decisions = []
-    for stage in (
-        [r for r in rules if getattr(r, "runs_first", False)],
-        [r for r in rules if not getattr(r, "runs_first", False)],
-    ):
-        if not stage:
-            continue
+    for number in sorted({rule_stage(r) for r in rules}):
+        stage = [r for r in rules if rule_stage(r) == number]
         editor = ProgramEditor(program)
         stage_decisions, plans = _plan(editor, stage)
         for rule, plan in plans:

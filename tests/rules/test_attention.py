@@ -125,3 +125,19 @@ def test_runtime_mask_that_could_mask_a_whole_row_is_declined():
     ep = export(CachedAttention(fully_masked_row), q, k, v)
     (decision,) = [d for d in phaseconv.explain(ep) if d.rule == "attention"]
     assert not decision.applied and "every query row" in decision.reason
+
+
+class TransposedKeys(nn.Module):
+    """Keys kept as [B, H, D, S] (a cache laid out for q @ K): attention gets keys.transpose(-1, -2)."""
+
+    def forward(self, q, keys_t, v):
+        return F.scaled_dot_product_attention(q, keys_t.transpose(-1, -2), v)
+
+
+def test_keys_given_transposed_are_read_without_a_permute():
+    q, keys_t, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 8, 5), torch.randn(1, 2, 5, 8)
+    ep = export(TransposedKeys(), q, keys_t, v)
+    rewritten = phaseconv.rewrite(ep)
+    assert not [n for n in rewritten.graph.nodes if n.target == torch.ops.aten.permute_copy.default]
+    assert_close(run(rewritten, q, keys_t, v), run(ep, q, keys_t, v))
+    assert_one_partition_matching(rewritten, ep, q, keys_t, v)

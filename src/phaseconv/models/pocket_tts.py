@@ -106,9 +106,11 @@ class SlidingWindowAttention(nn.Module):
     """pocket-tts's StreamingMultiheadAttention for a fixed number of steps per call, over a key/value
     cache of the last context - 1 steps (the older ones are masked out by the context anyway).
 
-    State: `keys`, `values` [B, context - 1, H, D]; `key_bias` [context - 1], 0 where a cached slot
-    holds a real step and -inf before the utterance's start; `position`, the first step's position
-    (float32: exact to 2^24 steps, 23 hours at 200 Hz), which RoPE reads.
+    State: `keys` [B, H, D, context - 1] (transposed: scores are q @ keys), `values`
+    [B, H, context - 1, D]; `key_bias` [context - 1], 0 where a cached slot holds a real step and
+    -inf before the utterance's start; `position`, the first step's position (float32: exact to
+    2^24 steps, 23 hours at 200 Hz), which RoPE reads. Head-major, so attention reads the cache
+    without re-laying it out.
     """
 
     def __init__(self, attention: nn.Module, steps: int, batch_size: int = 1):
@@ -120,9 +122,9 @@ class SlidingWindowAttention(nn.Module):
         self.attention = attention
         self.steps = steps
         cached = attention.context - 1
-        shape = (batch_size, cached, attention.num_heads, attention.dim_per_head)
-        self.register_buffer("keys", torch.zeros(shape))
-        self.register_buffer("values", torch.zeros(shape))
+        heads, width = attention.num_heads, attention.dim_per_head
+        self.register_buffer("keys", torch.zeros(batch_size, heads, width, cached))
+        self.register_buffer("values", torch.zeros(batch_size, heads, cached, width))
         self.register_buffer("key_bias", torch.full((cached,), float("-inf")))
         self.register_buffer("position", torch.zeros(1))
         cached_mask, own_mask = window_masks(steps, attention.context)
@@ -139,14 +141,14 @@ class SlidingWindowAttention(nn.Module):
         kv = projected[..., a.attn_dim :].view(b, t, 2, a.num_kv_heads, d)
         k, v = torch.unbind(kv, dim=2)
         q, k = a.rope(q, k, offset=self.position)
-        keys = torch.cat([self.keys, k], dim=1)
-        values = torch.cat([self.values, v], dim=1)
+        keys = torch.cat([self.keys, k.permute(0, 2, 3, 1)], dim=-1)
+        values = torch.cat([self.values, v.transpose(1, 2)], dim=2)
         # The mask's cached part follows the utterance: slots before its start stay masked.
         mask = torch.cat([self.cached_mask + self.key_bias, self.own_mask], dim=-1)
-        x = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), mask)
-        cached = self.keys.shape[1]
-        self.keys.copy_(keys[:, -cached:])
-        self.values.copy_(values[:, -cached:])
+        x = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(-1, -2), values, mask)
+        cached = self.values.shape[2]
+        self.keys.copy_(keys[..., -cached:])
+        self.values.copy_(values[:, :, -cached:])
         self.key_bias.copy_(torch.cat([self.key_bias, self.new_keys_bias])[-cached:])
         self.position.add_(float(t))  # a float: an int would be cast outside the delegate
         x = x.transpose(1, 2).reshape(b, t, a.num_heads * d)

@@ -11,6 +11,7 @@ from phaseconv.rules.lstm import LstmRule
 from phaseconv.rules.mean import MeanRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
 from phaseconv.rules.reflect_pad import ReflectPadRule
+from phaseconv.rules.slice_of_cat import SliceOfCatRule
 from phaseconv.rules.slice_scatter import SliceScatterRule
 from phaseconv.rules.views import ViewRule
 
@@ -26,6 +27,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     LstmRule(),
     ReflectPadRule(),
     SliceScatterRule(),
+    SliceOfCatRule(),
     ConstantOperandRule(),
 )
 RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}

@@ -105,7 +105,11 @@ class AttentionRule:
             return editor.emit(node, op, *operands)
 
         q = emit(aten.view.default, query, [heads, length, width])
-        k = emit(aten.permute_copy.default, emit(aten.view.default, key, [heads, keys, width]), [0, 2, 1])
+        key_transposed = _transposed_source(key)
+        if key_transposed is not None:  # keys kept as [..., width, keys]: k^T is already there
+            k = emit(aten.view.default, key_transposed, [heads, width, keys])
+        else:
+            k = emit(aten.permute_copy.default, emit(aten.view.default, key, [heads, keys, width]), [0, 2, 1])
         scores = emit(aten.bmm.default, q, k)
         scores = emit(aten.mul.Tensor, scores, editor.scalar_constant(plan.scale, scores))
         if plan.additive_mask is not None or plan.runtime_mask is not None:
@@ -124,6 +128,18 @@ class AttentionRule:
         out = emit(aten.bmm.default, weights, v)
         out = emit(aten.view.default, out, [*batch, length, value_width])
         editor.replace([node], _with_layout_of(node, out, emit))
+
+
+def _transposed_source(node: Node) -> Node | None:
+    """X when `node` is X with its last two dimensions swapped (a transpose or permute), else None."""
+    rank = node.meta["val"].dim()
+    swapped = [*range(rank - 2), rank - 1, rank - 2]
+    if node.target == aten.transpose.int:
+        dims = sorted(d % rank for d in node.args[1:3])
+        return node.args[0] if dims == [rank - 2, rank - 1] else None
+    if node.target in (aten.permute.default, aten.permute_copy.default):
+        return node.args[0] if [d % rank for d in node.args[1]] == swapped else None
+    return None
 
 
 def _with_layout_of(node: Node, out: Node, emit) -> Node:

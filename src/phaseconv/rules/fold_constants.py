@@ -84,7 +84,7 @@ class FoldConstantsRule:
     """Maximal parameter- and shape-only computations -> lifted constants."""
 
     name = "fold_constants"
-    runs_first = True
+    stage = 0  # before the rewrites, so they see its constants
 
     def candidates(self, editor: ProgramEditor) -> list[Node]:
         """Calls computing a tensor from constants and shapes that a non-constant node reads."""
