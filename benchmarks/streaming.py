@@ -9,7 +9,9 @@ lower it with stock ExecuTorch and after phaseconv.rewrite, load both, and decod
 latents with the two programs and pocket-tts's eager decode, one frame of each in turn. Reported per
 program: time to first audio (the first frame's call on a fresh load), median and p95 per frame over
 the frames after it, and the error against pocket-tts's audio in 16-bit PCM steps (waveform scaled
-to peak 1).
+to peak 1). Then the phaseconv step once more with ExecuTorch's ETDump: milliseconds per frame by
+XNNPACK operator, and the rate at which its GEMMs (fully connected layers, convolutions) get through
+the step's weights.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
 
     import phaseconv
     from phaseconv.models.pocket_tts import MimiStep, build_mimi, peak_scaled_pcm_error, stream_eager
-    from phaseconv.runtimes.executorch import LoadedProgram
+    from phaseconv.runtimes.executorch import LoadedProgram, operator_times
 
     torch.set_num_threads(threads)
     mimi = build_mimi(config)
@@ -65,6 +67,8 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
             times[name].append((time.perf_counter() - start) * 1e3)
         print("frame", flush=True)
     reference = torch.cat(audio["pocket-tts eager"], dim=-1)
+    operators = operator_times(lowered["phaseconv step"].buffer, (latents[:, :1],))
+    weights = weight_bytes(ep)
     rows = []
     for name in PROGRAMS:
         summary = lowered[name].summary if name in lowered else None
@@ -81,7 +85,21 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
                 "outside": dict(summary.outside) if summary else None,
             }
         )
+    rows[PROGRAMS.index("phaseconv step")].update(operator_ms=operators, weight_bytes=weights)
     out.write_text(json.dumps(rows))
+
+
+def weight_bytes(ep) -> int:
+    """Bytes of the parameters and buffers (the state included) that the program reads each call;
+    the encoder's, which it does not read, are left out."""
+    specs = {spec.arg.name: spec for spec in ep.graph_signature.input_specs}
+    total = 0
+    for node in ep.graph.nodes:
+        spec = specs.get(node.name) if node.op == "placeholder" else None
+        if spec is None or not node.users or spec.target not in ep.state_dict:
+            continue
+        total += ep.state_dict[spec.target].numel() * ep.state_dict[spec.target].element_size()
+    return total
 
 
 def run_workers(config: str, threads: list[int], frames: int) -> list[dict]:
@@ -126,6 +144,28 @@ def table(rows: list[dict], frames: int) -> Table:
     return result
 
 
+def profile_table(rows: list[dict]) -> Table:
+    """Where the phaseconv step's time goes, by XNNPACK operator (ExecuTorch's ETDump)."""
+    result = Table(title="phaseconv step, ms per frame by operator (ETDump, median over 20 calls)")
+    result.add_column("operator")
+    profiled = [r for r in rows if "operator_ms" in r]
+    for row in profiled:
+        result.add_column(f"{row['threads']} thread(s)", justify="right")
+    kinds = sorted(profiled[0]["operator_ms"], key=lambda k: -profiled[0]["operator_ms"][k])
+    for kind in kinds[:12]:
+        result.add_row(kind, *(f"{r['operator_ms'].get(kind, 0):.3f}" for r in profiled))
+    result.add_row("all operators", *(f"{sum(r['operator_ms'].values()):.3f}" for r in profiled))
+    gemm = [sum(v for k, v in r["operator_ms"].items() if "GEMM" in k) for r in profiled]
+    result.add_row(
+        "weights and state read per frame / GEMM time",
+        *(
+            f"{r['weight_bytes'] / 1e6:.1f} MB, {r['weight_bytes'] / ms / 1e6:.1f} GB/s"
+            for r, ms in zip(profiled, gemm)
+        ),
+    )
+    return result
+
+
 def main(
     config: str = typer.Option("english_2026-09", help="a config shipped with pocket-tts"),
     threads: str = typer.Option("1,2", help="thread counts, comma-separated"),
@@ -138,6 +178,7 @@ def main(
         return
     rows = run_workers(config, [int(t) for t in threads.split(",")], frames)
     console.print(table(rows, frames))
+    console.print(profile_table(rows))
     json_path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"frames": frames, "machine": platform.machine(), "processor": platform.processor()}
     json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))

@@ -105,3 +105,36 @@ class LoadedProgram:
     def method_meta(self):
         """Input and output tensor shapes and dtypes of `forward`, as the program declares them."""
         return self._method.metadata
+
+
+def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20) -> dict[str, float]:
+    """Milliseconds per call spent in each kind of operator ("Fully Connected (NC, F32) GEMM", ...,
+    and the portable kernels), from ExecuTorch's ETDump: the median over `runs` calls after the
+    first. Calls carry state from one to the next, as a stream does."""
+    import statistics
+    import tempfile
+
+    from executorch.devtools import Inspector
+
+    program = Runtime.get().load_program(bytes(buffer), enable_etdump=True, debug_buffer_size=0)
+    method = program.load_method("forward")
+    for _ in range(runs + 1):
+        method.execute(tuple(inputs))
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/run.etdump"
+        program.write_etdump_result_to_file(path, f"{folder}/debug.bin")
+        inspector = Inspector(etdump_path=path)
+    times: dict[str, list[float]] = {}
+    for block in inspector.event_blocks:
+        for event in block.events:
+            if event.perf_data is None or event.name in SPANS:
+                continue
+            kind = event.name.split(" #")[0]
+            calls = event.perf_data.raw[1:]
+            times.setdefault(kind, [0.0] * len(calls))
+            times[kind] = [a + b for a, b in zip(times[kind], calls)]
+    return {kind: statistics.median(samples) for kind, samples in times.items() if samples}
+
+
+# ETDump events that span others (a whole call, a delegate call): not operators.
+SPANS = frozenset({"Method::execute", "DELEGATE_CALL", "OPERATOR_CALL", "Method::init", "Program::load_method"})
