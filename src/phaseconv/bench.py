@@ -16,26 +16,28 @@ from pathlib import Path
 from phaseconv.errors import PhaseconvError
 
 
-def run_worker(spec: str, threads: int, runs: int, out: Path) -> None:
+def run_worker(spec: str, threads: int, runs: int, out: Path, prepare: bool = True) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(threads)
     from phaseconv.compare import lower_stock_and_rewritten, time_variants
     from phaseconv.models.loading import load_model
 
-    source = load_model(spec)
+    source = load_model(spec, prepare=prepare)
     comparison = lower_stock_and_rewritten(source.program, source.inputs)
     time_variants(comparison, source.inputs, runs, on_round=lambda: print("round", flush=True))
     out.write_text(json.dumps({"model": source.name, "threads": threads, **comparison.to_dict()}))
 
 
-def bench(spec: str, threads: list[int], runs: int, on_round: Callable[[], None] = lambda: None) -> list[dict]:
+def bench(
+    spec: str, threads: list[int], runs: int, on_round: Callable[[], None] = lambda: None, prepare: bool = True
+) -> list[dict]:
     """One result per thread count; `on_round` is called after every timed round of every worker."""
     results = []
     for count in threads:
         with tempfile.TemporaryDirectory() as folder:
             out = Path(folder) / "result.json"
-            command = [sys.executable, "-m", "phaseconv.bench", spec, str(count), str(runs), str(out)]
+            command = [sys.executable, "-m", "phaseconv.bench", spec, str(count), str(runs), str(out), str(prepare)]
             worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for line in worker.stdout:
                 if line.strip() == "round":
@@ -74,9 +76,9 @@ def plot(results: list[dict], path) -> None:
 
 
 if __name__ == "__main__":
-    spec, threads, runs, out = sys.argv[1:]
+    spec, threads, runs, out, prepare = sys.argv[1:]
     try:
-        run_worker(spec, int(threads), int(runs), Path(out))
+        run_worker(spec, int(threads), int(runs), Path(out), prepare == "True")
     except PhaseconvError as error:
         print(f"phaseconv: error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from phaseconv.errors import PhaseconvError
+from phaseconv.errors import PhaseconvError, known_cause, parked_stderr
 from phaseconv.report import decisions_table
 
 MODEL_HELP = (
@@ -26,10 +27,78 @@ console = Console()
 state = {"debug": False}
 
 
+PREPARE_HELP = "export a module as built, without phaseconv.prepare (weight_norm baked, conv settings static)"
+
+
 @app.callback()
-def _options(debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
+def _options(debug: bool = typer.Option(False, "--debug", help="show tracebacks and library warnings")) -> None:
     """phaseconv: rewrite transposed convolutions into fast, exact polyphase form for ExecuTorch."""
     state["debug"] = debug
+    if not debug:  # torch's and ExecuTorch's deprecation notes are not the user's business
+        import logging
+        import warnings
+
+        warnings.simplefilter("ignore")
+        for name in ("torch", "torchao", "executorch"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _load(model: str, prepare: bool, weights: Path | None = None):
+    """The model's exported program; says so in one line on stderr when a module was prepared."""
+    from phaseconv.models.loading import load_model
+
+    source = load_model(model, weights, prepare)
+    if source.prepared:
+        Console(stderr=True).print(
+            f"prepared {model} with phaseconv.prepare (weight_norm baked, conv settings static); "
+            "--no-prepare exports it as built",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return source
+
+
+@contextlib.contextmanager
+def _known_failures(model: str, prepared: bool):
+    """Rewriting or lowering failures with a known cause are told with it and its fix."""
+    try:
+        yield
+    except PhaseconvError:
+        raise
+    except Exception as error:
+        if state["debug"]:
+            raise
+        raise PhaseconvError(f"{model}: {known_cause(error, prepared)}") from None
+
+
+def _compact() -> bool:
+    """Tables wrap into unreadable cells when piped or narrow: print one line per row instead."""
+    return not console.is_terminal or console.width < 110
+
+
+def show_decisions(decisions) -> None:
+    from phaseconv.report import decision_lines
+
+    if _compact():
+        for line in decision_lines(decisions):
+            console.print(line, highlight=False, soft_wrap=True)
+    else:
+        console.print(decisions_table(decisions))
+
+
+def show_summaries(summaries: dict) -> None:
+    if not _compact():
+        console.print(summary_table(summaries))
+        return
+    for name, summary in summaries.items():
+        top = ", ".join(f"{k} x{v}" for k, v in summary.inside.most_common(4)) or "none"
+        outside = ", ".join(f"{k} x{v}" for k, v in sorted(summary.outside.items())) or "none"
+        console.print(
+            f"{name}: {summary.partitions} partition(s), {summary.layout_transposes} layout transposes; "
+            f"inside: {top}; outside: {outside}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _print_json(data) -> None:
@@ -57,16 +126,18 @@ def summary_table(summaries: dict, title: str = "delegation") -> Table:
 def explain(
     model: str = typer.Argument(..., help=MODEL_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
 ) -> None:
     """What phaseconv would rewrite in MODEL, and why anything is left alone."""
-    from phaseconv.models.loading import load_model
     from phaseconv.rewrite import explain as explain_program
 
-    decisions = explain_program(load_model(model).program)
+    source = _load(model, not no_prepare)
+    with _known_failures(model, source.prepared):
+        decisions = explain_program(source.program)
     if as_json:
         _print_json([d.to_dict() for d in decisions])
     else:
-        console.print(decisions_table(decisions))
+        show_decisions(decisions)
 
 
 @app.command()
@@ -81,20 +152,22 @@ def lower(
     weights: Path | None = typer.Option(
         None, "--weights", help="pocket-tts:CONFIG only: Mimi weights (.safetensors) instead of random ones"
     ),
+    no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
     from phaseconv.lowering import lower as lower_program
     from phaseconv.lowering import require_backend, require_folder
-    from phaseconv.models.loading import load_model
 
     require_backend(backend)  # both before loading the model, which can take long
     require_folder(output)
-    program = load_model(model, weights).program
-    lowered = lower_program(program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants)
-    summaries = {"phaseconv" if not no_rewrite else "stock": lowered.summary}
-    if not no_rewrite:  # the stock lowering beside it: cheap for the models this is for
-        summaries = {"stock": lower_program(program, rewrite=False).summary, **summaries}
+    source = _load(model, not no_prepare, weights)
+    with _known_failures(model, source.prepared):
+        program = source.program
+        lowered = lower_program(program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants)
+        summaries = {"phaseconv" if not no_rewrite else "stock": lowered.summary}
+        if not no_rewrite:  # the stock lowering beside it: cheap for the models this is for
+            summaries = {"stock": lower_program(program, rewrite=False).summary, **summaries}
     files = lowered.save(output)
     if as_json:
         _print_json(
@@ -106,8 +179,8 @@ def lower(
         )
         return
     if lowered.decisions:
-        console.print(decisions_table(lowered.decisions))
-    console.print(summary_table(summaries))
+        show_decisions(lowered.decisions)
+    show_summaries(summaries)
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
 
 
@@ -123,7 +196,7 @@ def inspect(
     if as_json:
         _print_json(summary.to_dict())
     else:
-        console.print(summary_table({program.name: summary}))
+        show_summaries({program.name: summary})
 
 
 @app.command()
@@ -133,6 +206,7 @@ def bench(
     runs: int = typer.Option(20, min=1, help="timed runs of each program per thread count"),
     json_path: Path | None = typer.Option(None, "--json", help="write the results as JSON"),
     plot_path: Path | None = typer.Option(None, "--plot", help="write a PNG bar chart"),
+    no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
 ) -> None:
     """Time the stock and the rewritten program through the ExecuTorch runtime, interleaved."""
     from phaseconv.bench import bench as run_bench
@@ -148,12 +222,10 @@ def bench(
     for path in (json_path, plot_path):
         if path is not None:
             require_folder(path)
-    from phaseconv.models.loading import load_model
-
-    load_model(model)  # fail here, with a clear message, rather than inside a worker
+    _load(model, not no_prepare)  # fail here, with a clear message, rather than inside a worker
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"timing {model}", total=runs * len(counts))
-        results = run_bench(model, counts, runs, on_round=lambda: progress.advance(task))
+        results = run_bench(model, counts, runs, on_round=lambda: progress.advance(task), prepare=not no_prepare)
     table = Table(title=f"{model}: ExecuTorch XNNPACK, median of {runs} interleaved runs")
     for column in ("threads", "stock ms", "phaseconv ms", "speedup", "max |diff| stock", "max |diff| phaseconv"):
         table.add_column(column, justify="right")
@@ -205,9 +277,11 @@ def stream(
         if path is not None:
             require_folder(path)
     values = load_latents(latents) if latents is not None else None
-    step = StepProgram(program)
-    values = step.check_latents(values if values is not None else random_latents(frames, step.latent_dim),
-                                str(latents or "the random latents"))
+    with parked_stderr(not state["debug"]):  # the runtime's CPU probing on load
+        step = StepProgram(program)
+    values = step.check_latents(
+        values if values is not None else random_latents(frames, step.latent_dim), str(latents or "the random latents")
+    )
     chunks: list[bytes] = []
 
     def deliver(samples) -> None:
@@ -233,6 +307,37 @@ def stream(
 
 
 @app.command()
+def models(as_json: bool = typer.Option(False, "--json", help="print JSON instead of lines")) -> None:
+    """The built-in models, by the names MODEL takes."""
+    from phaseconv.models import DEMO_MODELS, HF_MODELS
+
+    rows = [
+        (f"demo:{name}", " ".join((factory.__doc__ or "").split("\n\n")[0].split()))
+        for name, factory in DEMO_MODELS.items()
+    ]
+    for name, model in HF_MODELS.items():
+        arguments = "&".join(f"{key}=<{kind.__name__}>" for key, kind in (model.arguments or {}).items())
+        rows.append((f"hf:{name}" + (f"[?{arguments}]" if arguments else ""), model.description + " (transformers)"))
+    try:
+        from phaseconv.models.pocket_tts import DEFAULT_CONFIG, config_names
+
+        configs = ", ".join(config_names())
+        rows.append(
+            (
+                f"pocket-tts:CONFIG (default {DEFAULT_CONFIG})",
+                f"pocket-tts's Mimi decoder as a streaming step; CONFIG: {configs}",
+            )
+        )
+    except PhaseconvError as missing:
+        rows.append(("pocket-tts:CONFIG", str(missing)))
+    if as_json:
+        _print_json([{"name": name, "description": text} for name, text in rows])
+        return
+    for name, text in rows:
+        console.print(f"{name}  {text}", highlight=False, soft_wrap=True)
+
+
+@app.command()
 def demo(
     frames: int = typer.Option(12, min=1, help="12.5 Hz latent frames (80 ms of audio each)"),
     runs: int = typer.Option(20, min=1, help="timed runs per program"),
@@ -245,7 +350,8 @@ def demo(
     """
     from phaseconv.runtimes.executorch import set_threads
 
-    set_threads(threads)
+    with parked_stderr(not state["debug"]):  # the runtime's CPU probing
+        set_threads(threads)
     import torch
 
     from phaseconv.compare import lower_stock_and_rewritten, time_variants
@@ -255,9 +361,10 @@ def demo(
     console.print(f"[bold]Mimi-like decoder[/]: latents {list(inputs[0].shape)} -> {frames * 1920} audio samples")
     with torch.no_grad():
         ep = torch.export.export(model, inputs)
-    comparison = lower_stock_and_rewritten(ep, inputs)
-    console.print(decisions_table(comparison.decisions))
-    console.print(summary_table({name: v.summary for name, v in comparison.variants.items()}))
+    with parked_stderr(not state["debug"]):
+        comparison = lower_stock_and_rewritten(ep, inputs)
+    show_decisions(comparison.decisions)
+    show_summaries({name: v.summary for name, v in comparison.variants.items()})
     with console.status(f"timing {runs} interleaved runs of each program at {threads} thread(s)"):
         time_variants(comparison, inputs, runs)
     table = Table(title=f"ExecuTorch XNNPACK, {threads} thread(s), median of {runs} interleaved runs")

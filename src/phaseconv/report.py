@@ -30,3 +30,12 @@ def decisions_table(decisions: list[Decision], title: str = "phaseconv rewrite")
     if not decisions:
         table.add_row("-", "-", "-", "no candidate node")
     return table
+
+
+def decision_lines(decisions: list[Decision]) -> list[str]:
+    """The decisions one per line, for pipes and narrow terminals: node, rule, yes/no, reason."""
+    if not decisions:
+        return ["no candidate node"]
+    return [
+        f"{d.node}  {d.rule}  {'yes' if d.applied else 'no'}  {d.detail if d.applied else d.reason}" for d in decisions
+    ]

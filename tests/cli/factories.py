@@ -25,3 +25,12 @@ def unexportable():
             return -x
 
     return DataDependent(), (torch.randn(2),)
+
+
+def tiny_mimi():
+    """transformers' Mimi decoder as built (tiny config): conv settings in 0-d tensors, so it lowers
+    only after phaseconv.prepare."""
+    from phaseconv.models import transformers_audio
+    from tests.helpers import TINY_MIMI
+
+    return transformers_audio.mimi_latents_decoder(2, **TINY_MIMI)

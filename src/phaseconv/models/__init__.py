@@ -1,17 +1,47 @@
-"""Built-in example models (random weights, real architectures), reachable as `demo:NAME`."""
+"""Built-in models (random weights, real architectures), reachable by name on the command line:
+`demo:NAME` (small, self-contained), `hf:NAME[?arg=value&...]` (the decoders `transformers` builds)
+and `pocket-tts:CONFIG` (pocket-tts's Mimi decoder as a streaming step)."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
+from phaseconv.models import transformers_audio
 from phaseconv.models.audio import mimi_decoder, seanet_decoder
 from phaseconv.models.image import migan_generator, migan_generator_fp16
 
-Factory = Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
+Factory = Callable[..., tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
+
+
+@dataclass(frozen=True)
+class BuiltIn:
+    factory: Factory
+    description: str
+    arguments: dict[str, type] | None = None  # what `?name=value` may set, and its type
+
 
 DEMO_MODELS: dict[str, Factory] = {
     "mimi-decoder": mimi_decoder,
     "seanet-decoder": seanet_decoder,
     "migan": migan_generator,
     "migan-fp16": migan_generator_fp16,
+}
+
+HF_MODELS: dict[str, BuiltIn] = {
+    "mimi": BuiltIn(
+        transformers_audio.mimi_latents_decoder,
+        "Mimi decoder: latents [1, 512, frames] -> 80 ms per frame",
+        {"frames": int},
+    ),
+    "mimi-codes": BuiltIn(
+        transformers_audio.mimi_codes_decoder, "MimiModel.decode: codes [1, 32, frames] -> audio", {"frames": int}
+    ),
+    "encodec": BuiltIn(transformers_audio.encodec_decoder, "EnCodec 24 kHz decoder", {"seconds": float}),
+    "dac": BuiltIn(transformers_audio.dac_decoder, "DAC decoder (16 kHz)", {"seconds": float}),
+    "hifigan": BuiltIn(transformers_audio.hifigan, "SpeechT5 HiFi-GAN: mel [1, frames, 80] -> audio", {"frames": int}),
+    "hifigan-v1": BuiltIn(
+        partial(transformers_audio.hifigan, version="v1"), "HiFi-GAN V1 (rates 8, 8, 2, 2)", {"frames": int}
+    ),
 }

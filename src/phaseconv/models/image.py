@@ -59,10 +59,13 @@ class MiGanLike(nn.Module):
 
 
 def migan_generator(size: int = 128, width: int = 32, dtype: torch.dtype = torch.float32):
+    """MI-GAN-like inpainting generator: image + mask [1, 4, 128, 128] -> image (4x4 stride-2 depthwise
+    up-filters, nearest x2, noise, skips)."""
     torch.manual_seed(0)
     model = MiGanLike(size, width).eval().to(dtype)
     return model, (torch.randn(1, 4, size, size, dtype=dtype),)
 
 
 def migan_generator_fp16():
+    """The MI-GAN-like generator in float16."""
     return migan_generator(dtype=torch.float16)

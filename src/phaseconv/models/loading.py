@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import os
 import re
-import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +11,7 @@ from pathlib import Path
 import torch
 from torch.export import ExportedProgram
 
-from phaseconv.errors import PhaseconvError
+from phaseconv.errors import PhaseconvError, known_cause, parked_stderr
 
 FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -25,12 +21,15 @@ class ModelSource:
     name: str
     program: ExportedProgram
     inputs: tuple[torch.Tensor, ...]
+    prepared: bool = False  # the module was exported after phaseconv.prepare
 
 
-def load_model(spec: str, weights: Path | None = None) -> ModelSource:
+def load_model(spec: str, weights: Path | None = None, prepare: bool = True) -> ModelSource:
     """Load or build the exported program that `spec` names, with inputs to run it on.
 
-    `weights` (a .safetensors file) is for `pocket-tts:CONFIG`, whose weights cannot be downloaded here.
+    A module (from a factory or a built-in name) is exported after `phaseconv.prepare` unless
+    `prepare` is False; a .pt2 file is taken as it is. `weights` (a .safetensors file) is for
+    `pocket-tts:CONFIG`, whose weights cannot be downloaded here.
     """
     if weights is not None and not spec.startswith("pocket-tts:"):
         raise PhaseconvError(f"--weights is for pocket-tts:CONFIG models, not {spec}")
@@ -38,14 +37,16 @@ def load_model(spec: str, weights: Path | None = None) -> ModelSource:
         from phaseconv.models.pocket_tts import DEFAULT_CONFIG, mimi_step
 
         config = spec.removeprefix("pocket-tts:") or DEFAULT_CONFIG
-        return _from_factory(spec, lambda: mimi_step(config, weights))
+        return _from_factory(spec, lambda: mimi_step(config, weights), prepare)
     if spec.startswith("demo:"):
         from phaseconv.models import DEMO_MODELS
 
         name = spec.removeprefix("demo:")
         if name not in DEMO_MODELS:
             raise PhaseconvError(f"unknown demo model {name!r}; built in: {', '.join(sorted(DEMO_MODELS))}")
-        return _from_factory(spec, DEMO_MODELS[name])
+        return _from_factory(spec, DEMO_MODELS[name], prepare)
+    if spec.startswith("hf:"):
+        return _from_factory(spec, _hf_factory(spec), prepare)
     path = Path(spec)
     if path.exists():
         return _from_file(path)
@@ -58,8 +59,35 @@ def load_model(spec: str, weights: Path | None = None) -> ModelSource:
         factory = getattr(module, function_name, None)
         if not callable(factory):
             raise PhaseconvError(f"{module_name} has no function {function_name}")
-        return _from_factory(spec, factory)
-    raise PhaseconvError(f"no such file: {spec} (nor a module.path:factory or demo:NAME)")
+        return _from_factory(spec, factory, prepare)
+    raise PhaseconvError(
+        f"no such file: {spec} (nor a module.path:factory, demo:NAME, hf:NAME or pocket-tts:CONFIG; "
+        "`phaseconv models` lists the built-in names)"
+    )
+
+
+def _hf_factory(spec: str):
+    """`hf:NAME?arg=value&...` -> a factory with those arguments, checked against the model's."""
+    from phaseconv.models import HF_MODELS
+
+    name, _, query = spec.removeprefix("hf:").partition("?")
+    if name not in HF_MODELS:
+        raise PhaseconvError(f"unknown model hf:{name}; built in: {', '.join('hf:' + n for n in HF_MODELS)}")
+    model = HF_MODELS[name]
+    arguments = {}
+    for pair in filter(None, query.split("&")):
+        key, _, value = pair.partition("=")
+        kind = (model.arguments or {}).get(key)
+        if kind is None:
+            known = ", ".join(model.arguments or {}) or "none"
+            raise PhaseconvError(f"hf:{name} takes no argument {key!r} (it takes: {known})")
+        try:
+            arguments[key] = kind(value)
+        except ValueError:
+            raise PhaseconvError(
+                f"hf:{name}: {key}={value!r} is not {'an integer' if kind is int else 'a number'}"
+            ) from None
+    return lambda: model.factory(**arguments)
 
 
 def _from_file(path: Path) -> ModelSource:
@@ -74,7 +102,7 @@ def _from_file(path: Path) -> ModelSource:
     return ModelSource(path.name, program, example_inputs(program))
 
 
-def _from_factory(spec: str, factory) -> ModelSource:
+def _from_factory(spec: str, factory, prepare: bool = True) -> ModelSource:
     try:
         built = factory()
     except PhaseconvError:
@@ -85,28 +113,18 @@ def _from_factory(spec: str, factory) -> ModelSource:
         raise PhaseconvError(f"the factory {spec} must return (nn.Module, example_inputs), got {type(built).__name__}")
     module, inputs = built
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    if prepare:
+        from phaseconv.prepare import prepare as prepare_module
+
+        module = prepare_module(module)
     try:
-        with torch.no_grad(), _quiet_torch_logs():
+        # torch.export writes its diagnosis (graphs, guards) to stderr before raising; what it
+        # raises is what the user is told.
+        with torch.no_grad(), parked_stderr():
             program = torch.export.export(module.eval(), inputs)
     except Exception as error:
-        raise PhaseconvError(f"torch.export failed on {spec}: {type(error).__name__}: {error}") from None
-    return ModelSource(spec, program, inputs)
-
-
-@contextlib.contextmanager
-def _quiet_torch_logs():
-    """torch.export writes its diagnosis (graphs, guards) to stderr before raising; what it raises is
-    what the user is told, so stderr is parked in a temporary file meanwhile."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as parked:
-        os.dup2(parked.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+        raise PhaseconvError(f"torch.export failed on {spec}: {known_cause(error, prepared=prepare)}") from None
+    return ModelSource(spec, program, inputs, prepared=prepare)
 
 
 def example_inputs(program: ExportedProgram) -> tuple[torch.Tensor, ...]:
