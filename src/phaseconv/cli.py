@@ -302,7 +302,8 @@ def stream(
         f"{report.frames} frames ({report.frames * report.samples_per_frame / report.sample_rate:.2f} s of audio): "
         f"first audio {report.first_audio_ms:.2f} ms after its latent (load {report.load_ms:.0f} ms), "
         f"per frame median {report.median_ms:.2f} ms, p95 {report.p95_ms:.2f} ms, "
-        f"real-time factor {report.real_time_factor:.3f}"
+        f"real-time factor {report.real_time_factor:.3f}",
+        soft_wrap=True,
     )
 
 
