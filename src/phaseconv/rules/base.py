@@ -18,6 +18,9 @@ class Skip:
 
 
 class Rule(Protocol):
+    """A graph pattern and its rewrite. A rule may set `stage` (default 1): rules of a stage are
+    planned on the result of the stages before it (0: constant folding, 2: clean-ups)."""
+
     name: str
 
     def matches(self, node: Node) -> bool:
