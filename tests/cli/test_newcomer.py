@@ -37,22 +37,21 @@ def test_a_pt2_file_is_taken_as_it_is(pt2):
     assert result.returncode == 0 and "prepared" not in result.stderr
 
 
-def test_normal_runs_print_nothing_on_stderr_but_what_the_user_caused(tmp_path):
-    result = phaseconv("lower", "demo:seanet-decoder", "-o", tmp_path / "d.pte")
-    assert result.returncode == 0, result.stderr
+def test_normal_runs_print_nothing_on_stderr_but_what_the_user_caused(seanet_lowering, tmp_path):
+    result, _ = seanet_lowering
     assert [line for line in result.stderr.splitlines() if not line.startswith("prepared demo:")] == []
     debug = phaseconv("--debug", "lower", "demo:seanet-decoder", "-o", tmp_path / "d.pte")
     assert "Warning" in debug.stderr  # the library warnings are still there when asked for
 
 
-def test_piped_output_is_one_line_per_program_and_decision(tmp_path):
-    result = phaseconv("lower", "demo:seanet-decoder", "-o", tmp_path / "d.pte")
+def test_piped_output_is_one_line_per_program_and_decision(seanet_lowering):
+    result, pte = seanet_lowering
     assert "│" not in result.stdout and "┃" not in result.stdout
     lines = result.stdout.splitlines()
     assert any(line.startswith("stock: ") and "partition(s)" in line for line in lines)
     assert any(line.startswith("phaseconv: 1 partition(s)") for line in lines)
     assert any("conv_transpose  yes  stride" in line for line in lines)
-    inspected = phaseconv("inspect", tmp_path / "d.pte").stdout.splitlines()
+    inspected = phaseconv("inspect", pte).stdout.splitlines()
     assert len(inspected) == 1 and inspected[0].startswith("d.pte: 1 partition(s)")
 
 

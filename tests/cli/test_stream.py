@@ -64,20 +64,19 @@ def test_bad_latents_get_one_line_and_no_file(step, tmp_path, latents, message):
     assert list(tmp_path.iterdir()) == [tmp_path / "z.npy"]
 
 
-def test_a_program_that_is_not_a_step_is_refused(tmp_path):
-    pte = tmp_path / "decoder.pte"
-    assert phaseconv("lower", "demo:seanet-decoder", "-o", pte).returncode == 0
+def test_a_program_that_is_not_a_step_is_refused(seanet_lowering):
+    _, pte = seanet_lowering
     result = phaseconv("stream", pte, "--frames", 2, "--pcm")
     assert result.returncode == 2 and "is not a step program" in result.stderr, result.stderr
 
 
 def test_missing_external_data_is_refused_before_loading(tmp_path):
-    pte = tmp_path / "step.pte"
-    result = phaseconv("lower", SMALL, "-o", pte, "--no-rewrite", "--external-constants")
+    pte = tmp_path / "d.pte"
+    result = phaseconv("lower", "demo:seanet-decoder", "-o", pte, "--no-rewrite", "--external-constants")
     assert result.returncode == 0, result.stderr
     pte.with_suffix(".ptd").unlink()
     result = phaseconv("stream", pte, "--frames", 2, "--pcm")
-    assert result.returncode == 2 and "step.ptd is missing" in result.stderr, result.stderr
+    assert result.returncode == 2 and "d.ptd is missing" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize(
