@@ -91,8 +91,7 @@ def show_summaries(summaries: dict) -> None:
         console.print(summary_table(summaries))
         return
     for name, summary in summaries.items():
-        top = ", ".join(f"{k} x{v}" for k, v in summary.inside.most_common(4)) or "none"
-        outside = ", ".join(f"{k} x{v}" for k, v in sorted(summary.outside.items())) or "none"
+        top, outside = _counts(summary.inside.most_common(4)), _counts(sorted(summary.outside.items()))
         console.print(
             f"{name}: {summary.partitions} partition(s), {summary.layout_transposes} layout transposes; "
             f"inside: {top}; outside: {outside}",
@@ -103,6 +102,11 @@ def show_summaries(summaries: dict) -> None:
 
 def _print_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def _counts(items) -> str:
+    """(operator, count) pairs as "name xN, ...", or "none"."""
+    return ", ".join(f"{k} x{v}" for k, v in items) or "none"
 
 
 def summary_table(summaries: dict, title: str = "delegation") -> Table:
@@ -116,8 +120,8 @@ def summary_table(summaries: dict, title: str = "delegation") -> Table:
             name,
             str(summary.partitions),
             str(summary.layout_transposes),
-            ", ".join(f"{k} x{v}" for k, v in sorted(summary.inside.items())) or "none",
-            ", ".join(f"{k} x{v}" for k, v in sorted(summary.outside.items())) or "none",
+            _counts(sorted(summary.inside.items())),
+            _counts(sorted(summary.outside.items())),
         )
     return table
 

@@ -29,8 +29,12 @@ class StreamReport:
     samples_per_frame: int
     sample_rate: int
     load_ms: float
-    first_audio_ms: float  # the first frame's call, from the moment its latent is there
     frame_ms: list[float] = field(repr=False, default_factory=list)
+
+    @property
+    def first_audio_ms(self) -> float:
+        """The first frame's call, from the moment its latent is there."""
+        return self.frame_ms[0]
 
     @property
     def median_ms(self) -> float:
@@ -48,7 +52,8 @@ class StreamReport:
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("frame_ms")
-        return {**data, "median_ms": self.median_ms, "p95_ms": self.p95_ms, "real_time_factor": self.real_time_factor}
+        derived = ("first_audio_ms", "median_ms", "p95_ms", "real_time_factor")
+        return {**data, **{name: getattr(self, name) for name in derived}}
 
 
 class StepProgram:
@@ -122,7 +127,7 @@ def stream(step: StepProgram, latents: torch.Tensor, on_frame: Callable[[torch.T
     for pcm, elapsed in step.frames(latents):
         times.append(elapsed)
         on_frame(pcm)
-    return StreamReport(len(times), step.frame_size, SAMPLE_RATE, step.load_ms, times[0], times)
+    return StreamReport(len(times), step.frame_size, SAMPLE_RATE, step.load_ms, times)
 
 
 def write_wav(path: Path, pcm16: bytes, sample_rate: int = SAMPLE_RATE) -> None:

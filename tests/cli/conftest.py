@@ -1,8 +1,19 @@
 """Programs several command tests read, lowered once per run."""
 
 import pytest
+import torch
 
+from tests.cli.factories import small_decoder
 from tests.cli.test_cli import phaseconv
+
+
+@pytest.fixture(scope="session")
+def pt2(tmp_path_factory):
+    """The small decoder saved with torch.export.save."""
+    module, inputs = small_decoder()
+    path = tmp_path_factory.mktemp("models") / "decoder.pt2"
+    torch.export.save(torch.export.export(module, inputs), path)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-
-from tests.cli.factories import small_decoder
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTORY = "tests.cli.factories:small_decoder"
@@ -20,14 +17,6 @@ PHASECONV = [str(Path(sys.executable).parent / "phaseconv")]
 def phaseconv(*args, cwd=ROOT, env=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([*PHASECONV, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def pt2(tmp_path_factory):
-    module, inputs = small_decoder()
-    path = tmp_path_factory.mktemp("models") / "decoder.pt2"
-    torch.export.save(torch.export.export(module, inputs), path)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -95,15 +95,3 @@ def test_without_transformers_the_message_says_what_to_install(tmp_path):
     (tmp_path / "transformers.py").write_text("raise ImportError('not installed')\n")
     result = phaseconv("explain", "hf:mimi", env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
     assert result.returncode == 2 and "pip install 'transformers" in result.stderr, result.stderr
-
-
-@pytest.fixture(scope="module")
-def pt2(tmp_path_factory):
-    import torch
-
-    from tests.cli.factories import small_decoder
-
-    module, inputs = small_decoder()
-    path = tmp_path_factory.mktemp("models") / "decoder.pt2"
-    torch.export.save(torch.export.export(module, inputs), path)
-    return path
