@@ -157,6 +157,13 @@ def phase_bias(bias: torch.Tensor, stride: list[int], groups: int) -> torch.Tens
     return per_group.expand(groups, math.prod(stride), per_group.shape[-1]).reshape(-1).contiguous()
 
 
+def phase_channel_values(values: torch.Tensor, groups: int, phases: int) -> torch.Tensor:
+    """A per-channel quantity of a transposed weight's axis 1 (C_out/g entries, one set shared by
+    every group: int8 scales and zero points) -> one entry per output channel (grp, j, c) of a
+    weight holding `phases` phases: values[c], repeated for every group and phase."""
+    return values.repeat(groups * phases).contiguous()
+
+
 @dataclass(frozen=True)
 class InterleaveStep:
     """view(view_shape) -> permute(permutation); the last step is followed by view(out_shape)."""

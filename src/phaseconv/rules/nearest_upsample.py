@@ -18,6 +18,14 @@ from torch.fx import Node
 
 from phaseconv.graph.interleave import interleave
 from phaseconv.graph.program import NotConstant, ProgramEditor
+from phaseconv.graph.quantized import (
+    DEQUANTIZE,
+    DYNAMIC_INT8_REASON,
+    dequantized_params,
+    is_dynamically_quantized,
+    quantized_output_params,
+    requantizer,
+)
 from phaseconv.rules.base import Skip
 
 aten = torch.ops.aten
@@ -31,10 +39,6 @@ UPSAMPLE_NEAREST = {
 }
 
 
-QUANTIZE = torch.ops.quantized_decomposed.quantize_per_tensor.default
-DEQUANTIZE = torch.ops.quantized_decomposed.dequantize_per_tensor.default
-
-
 @dataclass(frozen=True)
 class ReplicatePlan:
     node: Node
@@ -44,12 +48,11 @@ class ReplicatePlan:
 
 def shared_quantization(node: Node) -> tuple | None:
     """dq(q_x, params) -> upsample -> q(params): the upsample of a statically quantized graph."""
-    x, users = node.args[0], list(node.users)
-    if not (isinstance(x, Node) and x.op == "call_function" and x.target == DEQUANTIZE):
+    x = node.args[0]
+    params = dequantized_params(x)
+    if params is None or quantized_output_params(node) != params:
         return None
-    if len(users) != 1 or users[0].target != QUANTIZE or tuple(users[0].args[1:]) != tuple(x.args[1:]):
-        return None
-    return x.args[0], tuple(x.args[1:])
+    return x.args[0], params
 
 
 def is_spatial_gather(node: Node) -> bool:
@@ -83,6 +86,8 @@ class NearestUpsampleRule:
         return (node.op == "call_function" and node.target in UPSAMPLE_NEAREST) or is_spatial_gather(node)
 
     def check(self, node: Node, editor: ProgramEditor) -> ReplicatePlan | Skip:
+        if is_dynamically_quantized(editor.graph):
+            return Skip(DYNAMIC_INT8_REASON)
         if node.target in UPSAMPLE_NEAREST:
             spatial = UPSAMPLE_NEAREST[node.target]
 
@@ -136,9 +141,7 @@ class NearestUpsampleRule:
         # arithmetic), and every step is requantized with the same parameters: the values stay on
         # the input's int8 grid, exactly, and XNNPACK runs the whole chain in int8.
         source, params = plan.quantization
-
-        def requantize(value: Node) -> Node:
-            return editor.emit(node, DEQUANTIZE, editor.emit(node, QUANTIZE, value, *params), *params)
+        requantize = requantizer(editor, node, params)
 
         dequantized = [editor.emit(node, DEQUANTIZE, source, *params) for _ in range(copies)]
         phases = requantize(editor.emit(node, aten.cat.default, dequantized, 1))

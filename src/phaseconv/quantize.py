@@ -1,0 +1,113 @@
+"""int8 in one call: PT2E quantization with ExecuTorch's XNNPACK quantizer, and its signal-to-noise ratio.
+
+    qep = phaseconv.quantize(model, [(x1,), (x2,)])     # static int8, calibrated on x1, x2
+    lowered = phaseconv.lower(qep)                       # rewritten in the int8 domain, lowered
+
+Weights are int8 per output channel. "static" quantizes activations with scales fixed by the
+calibration inputs; "dynamic" computes them per run (XNNPACK's dynamic int8 covers linear layers
+and 2-D convolutions that are not depthwise; the rest stays fp32).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch.export import ExportedProgram
+
+from phaseconv.errors import PhaseconvError
+from phaseconv.graph.quantized import DYNAMIC_INT8_REASON
+from phaseconv.rewrite import rewrite as rewrite_program
+
+MODES = ("static", "dynamic")
+
+
+def quantize(
+    model_or_program: torch.nn.Module | ExportedProgram,
+    calibration_inputs: Sequence[tuple[torch.Tensor, ...]] | tuple[torch.Tensor, ...],
+    mode: str = "static",
+    rewrite_first: bool = False,
+) -> ExportedProgram:
+    """The program quantized to int8 with XNNPACKQuantizer (per-channel weights), re-exported.
+
+    `calibration_inputs`: input tuples to run the model on (one tuple is taken as a single set);
+    the first is the example the module is exported with. `rewrite_first`: rewrite the float
+    program and quantize the result (the polyphase convolutions then get their own int8 scales);
+    otherwise phaseconv rewrites the quantized program when it is lowered.
+    """
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    if mode not in MODES:
+        raise PhaseconvError(f"unknown quantization mode {mode!r}; choose one of {', '.join(MODES)}")
+    calibration = _input_sets(calibration_inputs)
+    if isinstance(model_or_program, ExportedProgram):
+        program = model_or_program
+    elif isinstance(model_or_program, torch.nn.Module):
+        try:
+            with torch.no_grad():
+                program = torch.export.export(model_or_program.eval(), calibration[0])
+        except Exception as error:
+            message = str(error).strip().splitlines()[0]
+            raise PhaseconvError(
+                f"cannot export the model with calibration set 1: {type(error).__name__}: {message}"
+            ) from None
+    else:
+        kind = type(model_or_program)
+        raise TypeError(f"expected an nn.Module or an ExportedProgram, got {kind.__module__}.{kind.__qualname__}")
+    require_matching_inputs(program, calibration)
+    if rewrite_first and mode == "dynamic":
+        raise PhaseconvError(f"rewrite_first with dynamic int8: {DYNAMIC_INT8_REASON}")
+    if rewrite_first:
+        program = rewrite_program(program)
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=mode == "dynamic")
+    prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(config))
+    with torch.no_grad():
+        for inputs in calibration:
+            prepared(*inputs)
+        return torch.export.export(convert_pt2e(prepared), calibration[0])
+
+
+def _input_sets(calibration_inputs) -> list[tuple[torch.Tensor, ...]]:
+    if isinstance(calibration_inputs, tuple) and all(isinstance(t, torch.Tensor) for t in calibration_inputs):
+        calibration_inputs = [calibration_inputs]
+    sets = [tuple(inputs) for inputs in calibration_inputs]
+    if not sets:
+        raise PhaseconvError("no calibration inputs: give at least one tuple of input tensors")
+    return sets
+
+
+def require_matching_inputs(program: ExportedProgram, sets: list[tuple[torch.Tensor, ...]]) -> None:
+    """Every calibration set has the program's number of inputs, shapes and dtypes."""
+    names = set(program.graph_signature.user_inputs)
+    expected = [node.meta["val"] for node in program.graph.find_nodes(op="placeholder") if node.name in names]
+    for number, inputs in enumerate(sets, start=1):
+        if len(inputs) != len(expected):
+            raise PhaseconvError(
+                f"calibration set {number} has {len(inputs)} inputs; the program takes {len(expected)}"
+            )
+        for index, (tensor, val) in enumerate(zip(inputs, expected), start=1):
+            if not isinstance(tensor, torch.Tensor):
+                raise PhaseconvError(
+                    f"calibration set {number}, input {index}: not a tensor but {type(tensor).__name__}"
+                )
+            shape_fits = tensor.dim() == val.dim() and all(
+                not isinstance(n, int) or n == m for n, m in zip(val.shape, tensor.shape)
+            )
+            if not shape_fits or tensor.dtype != val.dtype:
+                raise PhaseconvError(
+                    f"calibration set {number}, input {index}: {list(tensor.shape)} {tensor.dtype}, "
+                    f"but the program takes {list(val.shape)} {val.dtype}"
+                )
+
+
+def snr_db(reference: torch.Tensor, test: torch.Tensor) -> float:
+    """Signal-to-noise ratio of `test` against `reference`: 10 log10(sum ref^2 / sum (ref - test)^2)."""
+    reference, test = reference.double(), test.double()
+    noise = (reference - test).square().sum().item()
+    signal = reference.square().sum().item()
+    return math.inf if noise == 0 else 10 * math.log10(signal / noise)
