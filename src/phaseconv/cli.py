@@ -157,35 +157,88 @@ def lower(
         None, "--weights", help="pocket-tts:CONFIG only: Mimi weights (.safetensors) instead of random ones"
     ),
     no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
+    quantize: str | None = typer.Option(
+        None,
+        "--quantize",
+        help="int8: int8 weights and activations, scales calibrated on --calibration; "
+        "int8-dynamic: int8 weights, activation scales computed at run time",
+    ),
+    calibration: Path | None = typer.Option(
+        None, "--calibration", help="a folder of .npy files (one input each) or .npz files (one input set each)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
     from phaseconv.lowering import lower as lower_program
     from phaseconv.lowering import require_backend, require_folder
 
-    require_backend(backend)  # both before loading the model, which can take long
+    require_backend(backend)  # all before loading the model, which can take long
     require_folder(output)
+    if quantize is not None and quantize not in QUANTIZE_MODES:
+        raise PhaseconvError(f"--quantize takes {' or '.join(QUANTIZE_MODES)}, got {quantize!r}")
+    if calibration is not None and quantize != "int8":
+        raise PhaseconvError("--calibration goes with --quantize int8")
     source = _load(model, not no_prepare, weights)
     with _known_failures(model, source.prepared):
         program = source.program
+        if quantize is not None:
+            program = _quantized(source, quantize, calibration)
         lowered = lower_program(program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants)
         summaries = {"phaseconv" if not no_rewrite else "stock": lowered.summary}
         if not no_rewrite:  # the stock lowering beside it: cheap for the models this is for
             summaries = {"stock": lower_program(program, rewrite=False).summary, **summaries}
     files = lowered.save(output)
+    snr = _int8_snr(source, lowered, files) if quantize is not None else None
     if as_json:
         _print_json(
             {
                 "files": [str(f) for f in files],
                 "decisions": [d.to_dict() for d in lowered.decisions],
                 "delegation": {name: s.to_dict() for name, s in summaries.items()},
+                **({"snr_db": snr} if snr is not None else {}),
             }
         )
         return
     if lowered.decisions:
         show_decisions(lowered.decisions)
     show_summaries(summaries)
+    if snr is not None:
+        console.print(f"{quantize} output against fp32 eager on the example inputs: SNR {snr:.1f} dB", highlight=False)
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
+
+
+QUANTIZE_MODES = {"int8": "static", "int8-dynamic": "dynamic"}
+
+
+def _quantized(source, flag: str, calibration: Path | None):
+    """The source's program quantized as `--quantize flag` asks, calibrated on the folder's inputs."""
+    from phaseconv.quantize import calibration_sets, quantize
+
+    if calibration is not None:
+        sets = calibration_sets(calibration)
+    else:
+        sets = [source.inputs]
+        if flag == "int8":
+            Console(stderr=True).print(
+                "warning: no --calibration: the int8 activation scales come from the example inputs alone",
+                highlight=False,
+                soft_wrap=True,
+            )
+    return quantize(source.program, sets, mode=QUANTIZE_MODES[flag])
+
+
+def _int8_snr(source, lowered, files: list[Path]) -> float:
+    """SNR of the lowered int8 program's output against the fp32 program in eager, example inputs."""
+    import torch
+
+    from phaseconv.quantize import snr_db
+    from phaseconv.runtimes.executorch import LoadedProgram
+
+    with torch.no_grad():
+        reference = source.program.module()(*source.inputs)
+    output = LoadedProgram(lowered.buffer, files[1] if len(files) > 1 else None).run(source.inputs)
+    reference = reference[0] if isinstance(reference, (tuple, list)) else reference
+    return snr_db(reference, output[0])
 
 
 @app.command()

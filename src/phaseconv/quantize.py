@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from torch.export import ExportedProgram
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.graph.quantized import DYNAMIC_INT8_REASON
+from phaseconv.graph.program import copy_program
+from phaseconv.graph.quantized import DYNAMIC_INT8_REASON, fold_weight_quantization
 from phaseconv.rewrite import rewrite as rewrite_program
 
 MODES = ("static", "dynamic")
@@ -27,14 +29,17 @@ def quantize(
     model_or_program: torch.nn.Module | ExportedProgram,
     calibration_inputs: Sequence[tuple[torch.Tensor, ...]] | tuple[torch.Tensor, ...],
     mode: str = "static",
-    rewrite_first: bool = False,
+    rewrite_first: bool | None = None,
 ) -> ExportedProgram:
     """The program quantized to int8 with XNNPACKQuantizer (per-channel weights), re-exported.
 
     `calibration_inputs`: input tuples to run the model on (one tuple is taken as a single set);
     the first is the example the module is exported with. `rewrite_first`: rewrite the float
     program and quantize the result (the polyphase convolutions then get their own int8 scales);
-    otherwise phaseconv rewrites the quantized program when it is lowered.
+    otherwise phaseconv rewrites the quantized program when it is lowered, keeping XNNPACK's int8
+    deconvolution where it wins. None (static mode): rewrite first when the program has a grouped or
+    depthwise transposed convolution, which the XNNPACK quantizer leaves in fp32 and XNNPACK then
+    cannot lower between int8 neighbours ("Weight and Input should both be quantized").
     """
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -60,16 +65,27 @@ def quantize(
         kind = type(model_or_program)
         raise TypeError(f"expected an nn.Module or an ExportedProgram, got {kind.__module__}.{kind.__qualname__}")
     require_matching_inputs(program, calibration)
+    if rewrite_first is None:
+        rewrite_first = mode == "static" and has_grouped_deconvolution(program)
     if rewrite_first and mode == "dynamic":
         raise PhaseconvError(f"rewrite_first with dynamic int8: {DYNAMIC_INT8_REASON}")
     if rewrite_first:
         program = rewrite_program(program)
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=mode == "dynamic")
-    prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(config))
+    # A copy: calibration runs the program, which writes its state buffers (a streaming step's).
+    prepared = prepare_pt2e(copy_program(program).module(), XNNPACKQuantizer().set_global(config))
     with torch.no_grad():
         for inputs in calibration:
             prepared(*inputs)
-        return torch.export.export(convert_pt2e(prepared), calibration[0])
+        quantized = torch.export.export(convert_pt2e(prepared), calibration[0])
+    return fold_weight_quantization(quantized)
+
+
+def has_grouped_deconvolution(program: ExportedProgram) -> bool:
+    from phaseconv.rules.conv_transpose import parse_conv_transpose
+
+    convs = (parse_conv_transpose(node) for node in program.graph.nodes)
+    return any(conv is not None and conv.groups > 1 for conv in convs)
 
 
 def _input_sets(calibration_inputs) -> list[tuple[torch.Tensor, ...]]:
@@ -111,3 +127,24 @@ def snr_db(reference: torch.Tensor, test: torch.Tensor) -> float:
     noise = (reference - test).square().sum().item()
     signal = reference.square().sum().item()
     return math.inf if noise == 0 else 10 * math.log10(signal / noise)
+
+
+def calibration_sets(folder: Path) -> list[tuple[torch.Tensor, ...]]:
+    """Calibration inputs from a folder: each `.npy` file is one input (a single-input model), each
+    `.npz` file one set of inputs in the archive's order. Sorted by file name."""
+    import numpy as np
+
+    if not folder.is_dir():
+        raise PhaseconvError(f"--calibration {folder}: not a folder")
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".npz"))
+    if not files:
+        raise PhaseconvError(f"--calibration {folder}: no .npy or .npz files in it")
+    sets = []
+    for path in files:
+        try:
+            loaded = np.load(path, allow_pickle=False)
+            arrays = [loaded] if path.suffix == ".npy" else [loaded[key] for key in loaded.files]
+            sets.append(tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays))
+        except (OSError, ValueError) as error:
+            raise PhaseconvError(f"--calibration: cannot read {path.name}: {error}") from None
+    return sets

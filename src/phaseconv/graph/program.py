@@ -267,9 +267,7 @@ def _writes(node: Node, operand: Node) -> bool:
         return False
     arguments = node.target._schema.arguments
     values = {**dict(zip((a.name for a in arguments), node.args)), **node.kwargs}
-    return any(
-        values.get(a.name) is operand and a.alias_info is not None and a.alias_info.is_write for a in arguments
-    )
+    return any(values.get(a.name) is operand and a.alias_info is not None and a.alias_info.is_write for a in arguments)
 
 
 def shape_stand_in(node: Node) -> torch.Tensor:

@@ -94,3 +94,23 @@ DYNAMIC_INT8_REASON = (
 def is_dynamically_quantized(graph: torch.fx.Graph) -> bool:
     """Does the graph compute activation scales at run time (PT2E dynamic quantization)?"""
     return bool(graph.find_nodes(op="call_function", target=CHOOSE_QPARAMS))
+
+
+QUANTIZE_WEIGHT = (QUANTIZE, torch.ops.quantized_decomposed.quantize_per_channel.default)
+
+
+def fold_weight_quantization(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """Replace quantize(constant weight) by the int8 constant it computes, in place.
+
+    convert_pt2e folds these itself, but not in every graph (a streaming step's, whose state
+    buffers the graph writes): left there, they run as portable ops on every call.
+    """
+    editor = ProgramEditor(program)
+    for node in list(editor.graph.nodes):
+        weight = node.args[0] if node.op == "call_function" and node.target in QUANTIZE_WEIGHT else None
+        if not (isinstance(weight, Node) and weight.op == "placeholder" and editor.is_constant_input(weight)):
+            continue
+        with torch.no_grad():
+            value = editor.constant_value(node)
+        editor.replace([node], editor.new_constant(value, node.name))
+    return editor.finish()

@@ -227,9 +227,12 @@ class ConvTransposeRule:
         # In an int8 graph the activation goes in front of the interleave with the quantize after it.
         if activation is not None and not (self.commute_activations or quantized_output_params(activation)):
             activation = None
-        quantization = LayerQuantization(
-            weight, dequantized_params(conv.input), quantized_output_params(activation or end)
-        )
+        input_params = dequantized_params(conv.input)
+        quantization = LayerQuantization()
+        if weight is not None and input_params is not None:  # an int8 layer; a float one stays float
+            quantization = LayerQuantization(weight, input_params, quantized_output_params(activation or end))
+        elif weight is not None:
+            quantization = LayerQuantization(weight)
         plan = PolyphasePlan(node, conv, folded, windows, out_channels, activation, quantization)
         depth = conv.weight.meta["val"].shape[0] // conv.groups * math.prod(w.taps for w in windows)
         int8 = quantization.weight is not None and quantization.output is not None

@@ -46,8 +46,10 @@ class ViewRule:
         if node.target == aten.copy.default:
             dst, src = (arg.meta["val"] for arg in node.args[:2])
             if dst.shape != src.shape or dst.dtype != src.dtype:
-                return Skip(f"a copy that broadcasts or casts ({list(src.shape)} {src.dtype} into {list(dst.shape)} "
-                            f"{dst.dtype})")
+                return Skip(
+                    f"a copy that broadcasts or casts ({list(src.shape)} {src.dtype} into {list(dst.shape)} "
+                    f"{dst.dtype})"
+                )
         if node.target == aten.unbind.int and any(user.target != operator.getitem for user in node.users):
             return Skip("the unbound tuple is read as a whole")
         return ViewPlan(node, shape)
