@@ -3,6 +3,7 @@
 ep = torch.export.export(model, example_inputs)
 fast = phaseconv.rewrite(ep)          # a new ExportedProgram, numerically the same
 for d in phaseconv.explain(ep): ...   # what was rewritten, and why anything was left alone
+qep = phaseconv.quantize(ep, calibration_inputs)   # int8 (PT2E, XNNPACK quantizer); lower() rewrites it
 """
 
 import logging as _logging
@@ -17,10 +18,21 @@ try:
     from phaseconv.errors import PhaseconvError
     from phaseconv.lowering import LoweredProgram, inspect, lower
     from phaseconv.prepare import prepare
+    from phaseconv.quantize import quantize
     from phaseconv.report import Decision
     from phaseconv.rewrite import explain, rewrite
 finally:
     for _logger, _level in zip(_noisy, _levels):
         _logger.setLevel(_level)
 
-__all__ = ["Decision", "LoweredProgram", "PhaseconvError", "explain", "inspect", "lower", "prepare", "rewrite"]
+__all__ = [
+    "Decision",
+    "LoweredProgram",
+    "PhaseconvError",
+    "explain",
+    "inspect",
+    "lower",
+    "prepare",
+    "quantize",
+    "rewrite",
+]

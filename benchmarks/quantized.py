@@ -1,0 +1,261 @@
+"""int8: stock ExecuTorch's int8 program against phaseconv's, both flows, and fp32, at 1 and 2 threads.
+
+    python benchmarks/quantized.py [--threads 1,2] [--runs 10] [--only NAME] [--json results/quantized.json]
+
+Per case (single layers, then whole models): quantize with ExecuTorch's XNNPACKQuantizer (static,
+per-channel int8 weights), calibrated on the example inputs and three random sets like them, via
+`phaseconv.quantize`; lower
+- "stock int8": the quantized program as it is;
+- "phaseconv int8": what `phaseconv lower --quantize int8` writes: the quantized program rewritten
+  (quantize, then rewrite), or, with a grouped transposed convolution, rewrite then quantize;
+- "phaseconv int8, rewritten first": the rewritten float program, quantized (rewrite, then quantize);
+- "stock int8-dynamic" / "phaseconv int8-dynamic": dynamically quantized activations;
+- "stock fp32" / "phaseconv fp32": no quantization.
+Every program runs through the runtime on the example inputs; the SNR of its output against the fp32
+model in eager is reported next to its median time (all programs interleaved). A program that does
+not lower or load is reported with its error. One worker process per thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import subprocess
+import sys
+import tempfile
+from functools import partial
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+console = Console(width=220)
+PROGRAMS = (
+    "stock fp32",
+    "phaseconv fp32",
+    "stock int8",
+    "phaseconv int8",
+    "phaseconv int8, rewritten first",
+    "stock int8-dynamic",
+    "phaseconv int8-dynamic",
+)
+
+
+def cases() -> list[tuple[str, object]]:
+    """(name, build) with build() -> (module, inputs)."""
+    from benchmarks.layers import deconv_case, depthwise_case
+    from phaseconv.models import image, stylegan, transformers_audio
+
+    def layer(case):
+        return lambda: (case.module, case.inputs)
+
+    layers = [
+        deconv_case(f"1d {c}->{c // 2} k{2 * s} s{s} T=25", 1, c, c // 2, 2 * s, s, s // 2, (25,))
+        for c, s in ((512, 8), (256, 6), (128, 5), (64, 4))
+    ]
+    layers.append(deconv_case("2d 128->64 k4 s2 p1 64x64", 2, 128, 64, 4, 2, 1, (64, 64)))
+    layers.append(deconv_case("2d 256->128 k4 s2 p1 32x32", 2, 256, 128, 4, 2, 1, (32, 32)))
+    layers.append(depthwise_case("1d depthwise 512 k4 s2 T=25 (Mimi)", 1, 512, 4, 2, 1, (25,)))
+    return [(case.name, layer(case)) for case in layers] + [
+        ("MI-GAN-like 128x128", image.migan_generator),
+        ("StyleGAN2-like 128x128", stylegan.stylegan2_generator),
+        ("HiFi-GAN V1, 100 frames", default_init(partial(transformers_audio.hifigan, 100, "v1"))),
+        ("Mimi decoder, 25 frames (2 s)", partial(transformers_audio.mimi_latents_decoder, 25)),
+    ]
+
+
+def default_init(build):
+    """The model with PyTorch's default init for its convolutions instead of transformers' normal(0, 0.01)
+    for HiFi-GAN: random HiFi-GAN weights from that give a waveform of about 1e-5, below one int8 step of
+    any scale the quantizer picks, so every int8 program outputs silence (SNR 0 dB); with the default
+    init the waveform is O(1), as a trained vocoder's is."""
+
+    def built():
+        import torch
+
+        module, inputs = build()
+        torch.manual_seed(0)
+        for layer in module.modules():
+            if isinstance(layer, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
+                layer.reset_parameters()
+        return module, inputs
+
+    return built
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:160] if lines else ''}"
+
+
+def programs_of(module, inputs) -> tuple[dict, dict]:
+    """Every program of one case (exported ExportedPrograms, to lower), and why any could not be built."""
+    import torch
+
+    import phaseconv
+    from phaseconv.quantize import quantize
+
+    generator = torch.Generator().manual_seed(1)
+    calibration = [inputs] + [
+        tuple(torch.randn(t.shape, generator=generator, dtype=t.dtype) for t in inputs) for _ in range(3)
+    ]
+    prepared = phaseconv.prepare(module)
+    with torch.no_grad():
+        fp32 = torch.export.export(prepared, inputs)
+    built = {"stock fp32": (fp32, False), "phaseconv fp32": (fp32, True)}
+    failures = {}
+    recipes = {
+        "stock int8": ("static", False, False),
+        "phaseconv int8": ("static", None, True),  # what `phaseconv lower --quantize int8` does
+        "phaseconv int8, rewritten first": ("static", True, True),
+        "stock int8-dynamic": ("dynamic", False, False),
+        "phaseconv int8-dynamic": ("dynamic", False, True),
+    }
+    quantized = {}
+    for name, (mode, first, rewrite) in recipes.items():
+        try:
+            if (mode, first) not in quantized:
+                quantized[mode, first] = quantize(fp32, calibration, mode=mode, rewrite_first=first)
+            built[name] = (quantized[mode, first], rewrite)
+        except Exception as error:
+            failures[name] = f"quantize: {_first_line(error)}"
+    return built, failures
+
+
+def measure(name: str, build, threads: int, runs: int) -> dict:
+    import torch
+
+    import phaseconv
+    from phaseconv.quantize import snr_db
+    from phaseconv.runtimes.executorch import LoadedProgram
+    from phaseconv.runtimes.timing import interleaved_times, median_ms
+
+    module, inputs = build()
+    with torch.no_grad():
+        expected = module(*inputs)
+    built, failures = programs_of(module, inputs)
+    loaded, summaries, snr, decisions = {}, {}, {}, {}
+    for program_name, (program, rewrite) in built.items():
+        try:
+            lowered = phaseconv.lower(program, rewrite=rewrite)
+            loaded[program_name] = LoadedProgram(lowered.buffer)
+            (output,) = loaded[program_name].run(inputs)
+        except Exception as error:
+            failures[program_name] = _first_line(error)
+            loaded.pop(program_name, None)
+            continue
+        summaries[program_name] = lowered.summary.to_dict()
+        snr[program_name] = snr_db(expected, output)
+        decisions[program_name] = [d.to_dict() for d in lowered.decisions if d.rule == "conv_transpose"]
+    torch.set_num_threads(threads)
+    runners = {n: partial(p.run, inputs) for n, p in loaded.items()}
+    times = interleaved_times(runners, runs, 2, lambda: print("round", flush=True))
+    return {
+        "case": name,
+        "threads": threads,
+        "runs": runs,
+        "ms": {n: median_ms(t) for n, t in times.items()},
+        "snr_db": snr,
+        "failures": failures,
+        "delegation": summaries,
+        "conv_transpose": decisions,
+    }
+
+
+def worker(threads: int, runs: int, only: str, out: Path) -> None:
+    from phaseconv.runtimes.executorch import set_threads
+
+    set_threads(threads)  # before any program is loaded
+    rows = []
+    for name, build in cases():
+        if only.lower() in name.lower():
+            rows.append(measure(name, build, threads, runs))
+            out.write_text(json.dumps(rows))
+
+
+def run_workers(threads: list[int], runs: int, only: str) -> list[dict]:
+    rows = []
+    for count in threads:
+        with tempfile.TemporaryDirectory() as folder:
+            out = Path(folder) / "rows.json"
+            command = [sys.executable, __file__, "--worker", "--threads", str(count), "--runs", str(runs)]
+            command += ["--only", only, "--json", str(out)]
+            with console.status(f"{count} thread(s): quantizing, lowering and timing every case"):
+                process = subprocess.run(command, capture_output=True, text=True)
+            if process.returncode != 0:
+                console.print(process.stderr[-3000:])
+                raise typer.Exit(1)
+            rows += json.loads(out.read_text())
+    return rows
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{a / b:.2f}x"
+
+
+def table(rows: list[dict]) -> Table:
+    result = Table(title="int8 on ExecuTorch 1.5.1 XNNPACK: median ms (SNR dB against fp32 eager), interleaved")
+    result.add_column("case")
+    result.add_column("threads", justify="right")
+    for name in PROGRAMS:
+        result.add_column(name.replace("phaseconv", "pc"), justify="right")
+    for column in ("pc int8 vs stock int8", "pc int8 vs pc fp32", "partitions (pc int8)"):
+        result.add_column(column, justify="right")
+    for row in rows:
+        ms, snr = row["ms"], row["snr_db"]
+        cells = [
+            f"{ms[n]:.2f} ({snr[n]:.0f})" if n in ms else "fails" if n in row["failures"] else "-" for n in PROGRAMS
+        ]
+        parts = row["delegation"].get("phaseconv int8", {}).get("partitions", "-")
+        result.add_row(
+            row["case"],
+            str(row["threads"]),
+            *cells,
+            _ratio(ms.get("stock int8"), ms.get("phaseconv int8")),
+            _ratio(ms.get("phaseconv fp32"), ms.get("phaseconv int8")),
+            str(parts),
+        )
+    return result
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def main(
+    threads: str = typer.Option("1,2", help="thread counts, comma-separated"),
+    runs: int = typer.Option(10, help="timed rounds per case (median reported)"),
+    only: str = typer.Option("", help="run only cases whose name contains this"),
+    json_path: Path = typer.Option(Path("results/quantized.json"), "--json", help="where to write the results"),
+    is_worker: bool = typer.Option(False, "--worker", hidden=True),
+) -> None:
+    if is_worker:
+        worker(int(threads), runs, only, json_path)
+        return
+    rows = run_workers([int(t) for t in threads.split(",")], runs, only)
+    console.print(table(rows))
+    for count in sorted({r["threads"] for r in rows}):
+        layers = [
+            r["ms"]["stock int8"] / r["ms"]["phaseconv int8"]
+            for r in rows
+            if r["threads"] == count
+            and r["case"][:2] in ("1d", "2d")
+            and {"stock int8", "phaseconv int8"} <= r["ms"].keys()
+        ]
+        if layers:
+            console.print(
+                f"{count} thread(s): transposed-convolution layers, phaseconv int8 vs stock int8: geometric mean "
+                f"{geometric_mean(layers):.2f}x, lowest {min(layers):.2f}x"
+            )
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"runs": runs, "machine": platform.machine(), "processor": platform.processor()}
+    json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    console.print(f"wrote {json_path}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
