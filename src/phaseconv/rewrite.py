@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch.export import ExportedProgram
 
-from phaseconv.graph.program import ProgramEditor, copy_program, is_in_place
+from phaseconv.graph.program import ProgramEditor, copy_program, declared_ranges_kept, is_in_place
 from phaseconv.report import Decision
 from phaseconv.rules import Skip, resolve_rules
 
@@ -58,14 +58,15 @@ def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgra
     rules = resolve_rules(rules)
     program = functional(copy_program(ep))
     decisions = []
-    for number in sorted({rule_stage(r) for r in rules}):
-        stage = [r for r in rules if rule_stage(r) == number]
-        editor = ProgramEditor(program)
-        stage_decisions, plans = _plan(editor, stage)
-        for rule, plan in plans:
-            rule.apply(plan, editor)
-        program = editor.finish()
-        decisions += stage_decisions
+    with declared_ranges_kept(program):
+        for number in sorted({rule_stage(r) for r in rules}):
+            stage = [r for r in rules if rule_stage(r) == number]
+            editor = ProgramEditor(program)
+            stage_decisions, plans = _plan(editor, stage)
+            for rule, plan in plans:
+                rule.apply(plan, editor)
+            program = editor.finish()
+            decisions += stage_decisions
     return program, decisions
 
 

@@ -24,6 +24,8 @@ def interleave(
 ) -> Node:
     """Emit view/permute steps turning [N, g*prod(s)*C/g, Q...] into [N, C, Q_1*s_1, ...].
 
+    At most one of N, Q_i is dynamic: it is the view's inferred size (-1), the only kind XNNPACK takes.
+
     The permutes are `permute_copy` so that every view reads a contiguous tensor: no clone, which
     XNNPACK would run as an extra copy (and delegates in fp32 only). In a quantized graph
     `requantize` wraps every intermediate result in quantize/dequantize, so the steps run in int8.
@@ -31,11 +33,11 @@ def interleave(
     batch, total, *blocks = phases.meta["val"].shape
     channels = total // (groups * math.prod(stride))
     lead = batch * groups if isinstance(batch, int) else -1
+    blocks = [q if isinstance(q, int) else -1 for q in blocks]  # the one dynamic size, inferred
     result = phases
     for step in interleave_steps(lead, stride, channels, blocks):
         result = requantize(editor.emit(anchor, aten.view.default, result, list(step.view_shape)))
         result = requantize(editor.emit(anchor, aten.permute_copy.default, result, list(step.permutation)))
     batch = batch if isinstance(batch, int) else -1
-    return editor.emit(
-        anchor, aten.view.default, result, [batch, groups * channels, *(q * s for q, s in zip(blocks, stride))]
-    )
+    lengths = [q * s if q != -1 else -1 for q, s in zip(blocks, stride)]
+    return editor.emit(anchor, aten.view.default, result, [batch, groups * channels, *lengths])

@@ -6,6 +6,7 @@ This is the only module that touches placeholders, the graph signature, `state_d
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections.abc import Callable
@@ -36,6 +37,24 @@ SHAPE_ONLY = frozenset(
         aten.sym_size.int,
     }
 )
+
+
+# Ops whose fake-tensor implementation turns a dynamic size into an int (which makes export's shape
+# environment fix that size to its example value for the whole program), and an equivalent that keeps
+# sizes symbolic, for their metadata.
+def _padded(x: torch.Tensor, pad: list[int], value: float = 0.0) -> torch.Tensor:
+    """constant_pad_nd for non-negative pads, as a cat of constant blocks."""
+    for i, (before, after) in enumerate(zip(pad[::2], pad[1::2])):
+        dim = x.dim() - 1 - i
+        blocks = [x.new_full([*x.shape[:dim], n, *x.shape[dim + 1 :]], value) for n in (before, after)]
+        x = torch.cat([blocks[0], x, blocks[1]], dim)
+    return x
+
+
+META_FORMS = {
+    aten.permute_copy.default: lambda x, dims: x.permute(dims).contiguous(),
+    aten.constant_pad_nd.default: _padded,
+}
 
 
 def copy_program(ep: ExportedProgram) -> ExportedProgram:
@@ -190,7 +209,7 @@ class ProgramEditor:
             node = self.graph.call_function(op, args, kwargs)
         fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
         with self._fake_mode:
-            node.meta["val"] = op(*fake_args, **fake_kwargs)
+            node.meta["val"] = META_FORMS.get(op, op)(*fake_args, **fake_kwargs)
         for key in PROVENANCE_KEYS:
             if key in anchor.meta:
                 node.meta[key] = anchor.meta[key]
@@ -231,6 +250,39 @@ class ProgramEditor:
                 delete_constant_placeholder(self.program, node)
         self.program.graph_module.recompile()
         return self.program
+
+
+@contextlib.contextmanager
+def declared_ranges_kept(ep: ExportedProgram):
+    """Undo what fake-tensor tracing narrows of the ranges of the program's dynamic sizes.
+
+    PyTorch's fake convolution picks a CPU kernel by asking `C_in * T <= 20480`; answered with the
+    example's length, that becomes a guard that cuts T's range at 20480 / C_in (2x the example in
+    issue 11's cases). It happens whenever a convolution is traced again: in XNNPACK's 1-D
+    convolution pass while lowering, and when a rule emits one. ExecuTorch's memory planning takes
+    its upper bounds from those ranges, so the program would fail on any longer input ("resize a
+    bounded tensor"). The guard is only a kernel heuristic: the declared ranges hold.
+    """
+    shape_env = _shape_env(ep)
+    declared = dict(shape_env.var_to_range) if shape_env is not None else {}
+    try:
+        yield
+    finally:
+        if shape_env is not None:
+            shape_env.var_to_range.update(declared)
+
+
+def _shape_env(ep: ExportedProgram):
+    fake_mode = detect_fake_mode([node.meta["val"] for node in ep.graph.nodes if "val" in node.meta])
+    return fake_mode.shape_env if fake_mode is not None else None
+
+
+def size_range(size: torch.SymInt) -> tuple[int, int]:
+    """(lowest value, example value) of a dynamic size, from the program's shape environment."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    symbolic = size.node
+    return int(bound_sympy(symbolic.expr, symbolic.shape_env.var_to_range).lower), int(symbolic.hint)
 
 
 def is_in_place(node: Node) -> bool:

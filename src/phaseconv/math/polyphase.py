@@ -16,7 +16,8 @@ so a stride-1 correlation with s*C_out output channels computes every phase j at
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -41,10 +42,33 @@ class PhaseWindow:
     blocks: int
     crop_start: int
     crop_stop: int
+    from_end: bool = False  # the length is known only at run time: slice ends count from the end
 
     @property
     def interleaved_length(self) -> int:
         return self.stride * self.blocks
+
+    @property
+    def input_end(self) -> int:
+        """The input slice's end: `input_stop`, or with `from_end` its offset from the input's end."""
+        return _end(self.input_stop, self.input_length, self.from_end)
+
+    @property
+    def crop_end(self) -> int:
+        """The crop's end: `crop_stop`, or with `from_end` its offset from the interleaved end."""
+        return _end(self.crop_stop, self.interleaved_length, self.from_end)
+
+    def offsets(self) -> tuple[int, ...]:
+        """Everything but the lengths: equal for two lengths when one window plan serves both."""
+        return (
+            self.taps,
+            self.input_start,
+            self.input_stop - self.input_length,
+            self.pad_before,
+            self.pad_after,
+            self.crop_start,
+            self.crop_stop - self.interleaved_length,
+        )
 
     @property
     def needs_input_slice(self) -> bool:
@@ -99,6 +123,70 @@ def phase_window(
         crop_start=crop_start,
         crop_stop=crop_start + stop - start,
     )
+
+
+def _end(stop: int, length: int, from_end: bool) -> int:
+    if not from_end:
+        return stop
+    return stop - length if stop < length else sys.maxsize  # aten.slice's "to the end"
+
+
+# Past this length no clamp of a window changes any more: its offsets are those of every longer length.
+LONG = 1 << 20
+
+
+def phase_window_any_length(
+    shortest: int, typical: int, stride: int, padding: int, dilation: int, kernel: int, output_padding: int
+) -> PhaseWindow | None:
+    """The whole output of a dimension whose length L >= `shortest` is known only at run time.
+
+    Input stop, padding and crop are affine in L with clamps at fixed points, so when the window
+    has the same offsets (`PhaseWindow.offsets`) at `shortest` and at a very long length, one plan
+    serves every length in between: slice ends then count from the end. None when it does not (an
+    input too short for the kernel at the shortest length). Planned at `typical` (for its cost).
+    """
+    settings = (stride, padding, dilation, kernel, output_padding)
+    if phase_window(shortest, *settings).offsets() != phase_window(shortest + LONG, *settings).offsets():
+        return None
+    return replace(phase_window(typical, *settings), from_end=True)
+
+
+@dataclass(frozen=True)
+class AlignedPhases:
+    """A 1-D transposed convolution's whole output as phase blocks that start at output 0, for a
+    length known only at run time (XNNPACK slices static shapes only: no crop may follow).
+
+    With c = p mod s, output y[s*q + j] = z[s*(q + a_j) + b_j] where j + p = s*a_j + b_j: phases
+    j < s - c read phase b = j + c of block q + p//s, the others phase j + c - s of the next block. So
+    two stride-1 convolutions: phases c..s-1 over the input zero-padded by (`pad_before`,
+    `pad_after`), phases 0..c-1 over it padded by one less before and one more after; their
+    concatenation is phase-major from j = 0, and the output is L + `extra_blocks` whole blocks.
+    """
+
+    stride: int
+    taps: int
+    shift: int  # c: the first `stride - shift` output phases come from the phase weights shift..s-1
+    pad_before: int
+    pad_after: int
+    extra_blocks: int
+
+
+def aligned_phases(
+    shortest: int, stride: int, padding: int, dilation: int, kernel: int, output_padding: int
+) -> AlignedPhases | None:
+    """The AlignedPhases of a dimension with lengths L >= `shortest`, or None when the output length
+    is not a whole number of blocks (a crop at the end would remain) or a padding would be negative."""
+    taps = math.ceil((dilation * (kernel - 1) + 1) / stride)
+    rest = output_length(0, stride, padding, dilation, kernel, output_padding)  # L_out - L*s
+    if rest % stride:
+        return None
+    extra_blocks = rest // stride
+    pad_before = taps - 1 - padding // stride
+    shift = padding % stride
+    pad_after = extra_blocks + padding // stride
+    if pad_before - (shift > 0) < 0 or pad_after < 0 or shortest + extra_blocks < 1:
+        return None
+    return AlignedPhases(stride, taps, shift, pad_before, pad_after, extra_blocks)
 
 
 def dilate_kernel(weight: torch.Tensor, dilation: list[int]) -> torch.Tensor:

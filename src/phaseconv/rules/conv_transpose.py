@@ -15,7 +15,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.interleave import interleave
-from phaseconv.graph.program import NotConstant, ProgramEditor
+from phaseconv.graph.program import NotConstant, ProgramEditor, size_range
 from phaseconv.graph.quantized import (
     DEQUANTIZE,
     DEQUANTIZE_PER_CHANNEL,
@@ -29,13 +29,16 @@ from phaseconv.graph.quantized import (
     requantizer,
 )
 from phaseconv.math.polyphase import (
+    AlignedPhases,
     PhaseWindow,
+    aligned_phases,
     output_length,
     phase_bias,
     phase_channel_values,
     phase_slice,
     phase_weight,
     phase_window,
+    phase_window_any_length,
 )
 from phaseconv.rules.base import Skip
 
@@ -140,6 +143,7 @@ class PolyphasePlan:
     out_channels: int
     activation: Node | None = None  # a clamp-type activation moved before the interleave, next to the conv
     quantization: LayerQuantization = LayerQuantization()
+    aligned: AlignedPhases | None = None  # a 1-D layer of dynamic length: phases aligned, no crop
 
     @property
     def depthwise(self) -> bool:
@@ -186,8 +190,12 @@ class ConvTransposeRule:
         if x.dim() != conv.spatial + 2:
             return Skip(f"unbatched input of rank {x.dim()}: expected [N, C, spatial...]")
         lengths = list(x.shape[2:])
-        if not all(isinstance(n, int) for n in lengths):
-            return Skip(f"dynamic spatial shape {lengths}: the interleave needs static lengths")
+        dynamic = [i for i, n in enumerate(lengths) if not isinstance(n, int)]
+        if len(dynamic) + (not isinstance(x.shape[0], int)) > 1:
+            return Skip(
+                f"input {list(x.shape)}: more than one dynamic size, and XNNPACK's reshape (the interleave) "
+                "infers only one"
+            )
         weight = quantized_weight(conv.weight)
         if weight is not None and weight.axis not in (None, 1):
             return Skip(
@@ -211,19 +219,46 @@ class ConvTransposeRule:
             except NotConstant as why:
                 return Skip(f"the {role} is not a constant: {why}")
         kernel = list(conv.weight.meta["val"].shape[2:])
-        folded, bounds = _trimming_slices(node, conv, lengths, kernel)
-        windows = [
-            phase_window(n, s, p, d, k, op, start, stop)
-            for n, s, p, d, k, op, (start, stop) in zip(
-                lengths, conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding, bounds
-            )
-        ]
+        settings = list(zip(conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding))
+        aligned = None
+        depthwise = conv.groups > 1 and conv.weight.meta["val"].shape[0] == conv.groups
+        if dynamic and conv.spatial > 2:
+            return Skip(f"dynamic length in a 3-D layer: its interleave takes one permute per dimension ({lengths})")
+        if dynamic and weight is not None:
+            return Skip(f"int8 weight and dynamic length {lengths}: not rewritten yet")
+        if dynamic:  # the whole output, every slice end counted from the end; a trim stays a slice
+            folded, windows = [], []
+            for n, dim_settings in zip(lengths, settings):
+                if isinstance(n, int):
+                    windows.append(phase_window(n, *dim_settings))
+                    continue
+                shortest, typical = size_range(n)
+                window = phase_window_any_length(shortest, typical, *dim_settings)
+                if window is None:
+                    return Skip(f"length {n} from {shortest}: too short for kernel {kernel} at the shortest")
+                windows.append(window)
+                if conv.spatial == 1:
+                    aligned = aligned_phases(shortest, *dim_settings)
+            if conv.spatial == 1 and aligned is None:
+                return Skip(
+                    f"dynamic length {lengths[0]}: the output is not whole phase blocks from its start, so a "
+                    "crop would remain, and XNNPACK slices only static shapes"
+                )
+            if aligned is not None and aligned.shift and conv.groups > 1 and not (self.split_depthwise and depthwise):
+                return Skip(f"dynamic length {lengths[0]} with {conv.groups} groups and a crop: not rewritten yet")
+            if conv.spatial > 1 and any(w.needs_crop or w.needs_input_slice for w in windows):
+                return Skip(
+                    f"dynamic size in {lengths}: the window needs a slice, and XNNPACK slices only static shapes"
+                )
+        else:
+            folded, bounds = _trimming_slices(node, conv, lengths, kernel)
+            windows = [phase_window(n, *s, start, stop) for n, s, (start, stop) in zip(lengths, settings, bounds)]
         overhead = math.prod(w.blocks * w.taps * w.stride for w in windows) / math.prod(
-            n * k for n, k in zip(lengths, kernel)
+            w.input_length * k for w, k in zip(windows, kernel)
         )
         out_channels = conv.weight.meta["val"].shape[1] * conv.groups
         end = folded[-1] if folded else node
-        activation = _fusable_activation(end)
+        activation = _fusable_activation(end) if not dynamic else None
         # In an int8 graph the activation goes in front of the interleave with the quantize after it.
         if activation is not None and not (self.commute_activations or quantized_output_params(activation)):
             activation = None
@@ -233,7 +268,7 @@ class ConvTransposeRule:
             quantization = LayerQuantization(weight, input_params, quantized_output_params(activation or end))
         elif weight is not None:
             quantization = LayerQuantization(weight)
-        plan = PolyphasePlan(node, conv, folded, windows, out_channels, activation, quantization)
+        plan = PolyphasePlan(node, conv, folded, windows, out_channels, activation, quantization, aligned)
         depth = conv.weight.meta["val"].shape[0] // conv.groups * math.prod(w.taps for w in windows)
         int8 = quantization.weight is not None and quantization.output is not None
         if int8 and conv.spatial > 1 and depth < MIN_INT8_SPATIAL_DEPTH:
@@ -273,19 +308,22 @@ class ConvTransposeRule:
         return text
 
     def apply(self, plan: PolyphasePlan, editor: ProgramEditor) -> None:
-        conv, node, d = plan.conv, plan.node, plan.conv.spatial
+        conv, node = plan.conv, plan.node
         stride_key = "x".join(map(str, conv.stride))
         dilation_key = "x".join(map(str, conv.dilation))
         key = f"phases_s{stride_key}_d{dilation_key}_g{conv.groups}"
         replaced = [node, *plan.folded_slices] + ([plan.activation] if plan.activation is not None else [])
         anchor = replaced[-1]
+        if plan.aligned is not None:
+            editor.replace(replaced, self._aligned(plan, editor, anchor, key))
+            return
         input_grid = requantizer(editor, anchor, plan.quantization.input)
         output_grid = requantizer(editor, anchor, plan.quantization.output)
         # Read the input now, not at check time: an earlier rewrite may have replaced it.
         x = node.args[0]
         for dim, window in enumerate(plan.windows, start=2):
             if window.needs_input_slice:
-                x = input_grid(editor.emit(anchor, aten.slice.Tensor, x, dim, window.input_start, window.input_stop))
+                x = input_grid(editor.emit(anchor, aten.slice.Tensor, x, dim, window.input_start, window.input_end))
         symmetric = [min(w.pad_before, w.pad_after) for w in plan.windows]
         extra = [
             pad
@@ -296,12 +334,7 @@ class ConvTransposeRule:
             x = input_grid(editor.emit(anchor, aten.constant_pad_nd.default, x, extra, 0.0))
 
         def phase_conv(weight: Node, bias: Node | None) -> Node:
-            if node.target in CONV_TRANSPOSE_OPS:  # export's own form, the one quantizers annotate
-                op = (aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)[d - 1]
-                phases = editor.emit(anchor, op, x, weight, bias, [1] * d, symmetric, [1] * d, conv.groups)
-            else:
-                args = (x, weight, bias, [1] * d, symmetric, [1] * d, False, [0] * d, conv.groups)
-                phases = editor.emit(anchor, aten.convolution.default, *args)
+            phases = _convolution(editor, anchor, node, x, weight, bias, symmetric, conv.groups)
             if plan.activation is not None:  # elementwise: commutes with the interleave and the crop
                 act = plan.activation
                 phases = editor.emit(anchor, act.target, phases, *act.args[1:], **act.kwargs)
@@ -349,9 +382,80 @@ class ConvTransposeRule:
             result = interleave(editor, anchor, phase_conv(weight, bias), conv.stride, conv.groups, output_grid)
         for dim, window in enumerate(plan.windows, start=2):
             if window.needs_crop:
-                crop = (dim, window.crop_start, window.crop_stop)
+                crop = (dim, window.crop_start, window.crop_end)
                 result = editor.emit(anchor, aten.slice.Tensor, output_grid(result), *crop)
         editor.replace(replaced, result)
+
+    def _aligned(self, plan: PolyphasePlan, editor: ProgramEditor, anchor: Node, key: str) -> Node:
+        """The AlignedPhases form of a 1-D layer of dynamic length (float): one or two phase
+        convolutions over the input zero-padded two ways, concatenated, interleaved; no crop."""
+        conv, aligned, node = plan.conv, plan.aligned, plan.node
+        stride, shift, channels = aligned.stride, aligned.shift, plan.out_channels
+        x = node.args[0]
+
+        def padded(before: int, after: int) -> Node:
+            return editor.emit(anchor, aten.constant_pad_nd.default, x, [before, after], 0.0) if before or after else x
+
+        inputs = [padded(aligned.pad_before, aligned.pad_after)]
+        if shift:
+            inputs.append(padded(aligned.pad_before - 1, aligned.pad_after + 1))
+
+        def phases_of(w: torch.Tensor) -> torch.Tensor:
+            return phase_weight(w, conv.stride, conv.dilation, conv.groups)
+
+        def copy_of_bias(name: str, rearrange) -> Node | None:
+            return None if conv.bias is None else editor.derived_constant(conv.bias, name, rearrange)
+
+        if plan.depthwise and self.split_depthwise:  # phase j reads phase weight (j + c) mod s
+            convs = [
+                _convolution(
+                    editor,
+                    anchor,
+                    node,
+                    inputs[int(j >= stride - shift)],
+                    editor.derived_constant(
+                        conv.weight,
+                        f"{key}_j{j}_aligned",
+                        lambda w, b=(j + shift) % stride: phase_slice(phases_of(w), conv.stride, conv.groups, b),
+                    ),
+                    copy_of_bias(f"j{j}", lambda b: b),
+                    [0],
+                    conv.groups,
+                )
+                for j in range(stride)
+            ]
+            return interleave(editor, anchor, editor.emit(anchor, aten.cat.default, convs, 1), conv.stride, 1)
+        halves = [(inputs[0], slice(shift * channels, None), stride - shift)]
+        if shift:
+            halves.append((inputs[1], slice(0, shift * channels), shift))
+        convs = [
+            _convolution(
+                editor,
+                anchor,
+                node,
+                source,
+                editor.derived_constant(conv.weight, f"{key}_{rows.start}_aligned", lambda w, r=rows: phases_of(w)[r]),
+                copy_of_bias(f"phases_{count}", lambda b, n=count: phase_bias(b, [n], 1)),
+                [0],
+                1,
+            )
+            for source, rows, count in halves
+        ]
+        phases = convs[0] if len(convs) == 1 else editor.emit(anchor, aten.cat.default, convs, 1)
+        return interleave(editor, anchor, phases, conv.stride, 1)
+
+
+def _convolution(
+    editor: ProgramEditor, anchor: Node, deconv: Node, x: Node, weight: Node, bias: Node | None, padding, groups: int
+) -> Node:
+    """A stride-1 convolution in the form the transposed one had: `conv{1,2,3}d` in export's own
+    form (the one quantizers annotate), `convolution` in core ATen."""
+    d = len(padding)
+    if deconv.target in CONV_TRANSPOSE_OPS:
+        op = (aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)[d - 1]
+        return editor.emit(anchor, op, x, weight, bias, [1] * d, list(padding), [1] * d, groups)
+    args = (x, weight, bias, [1] * d, list(padding), [1] * d, False, [0] * d, groups)
+    return editor.emit(anchor, aten.convolution.default, *args)
 
 
 def _quantization_args(weight: QuantizedWeight) -> tuple:

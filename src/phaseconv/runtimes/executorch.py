@@ -24,7 +24,7 @@ from executorch.runtime import Runtime
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from phaseconv.graph.program import copy_program
+from phaseconv.graph.program import copy_program, declared_ranges_kept
 
 _threads_locked = False
 
@@ -46,9 +46,10 @@ def to_xnnpack(ep: ExportedProgram, external_constants: bool = False) -> Executo
     """
     if external_constants:
         ep = _tag_constants_external(ep)
-    edge = to_edge_transform_and_lower(
-        ep, partitioner=[XnnpackPartitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
-    )
+    with declared_ranges_kept(ep):
+        edge = to_edge_transform_and_lower(
+            ep, partitioner=[XnnpackPartitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
+        )
     return edge.to_executorch(
         ExecutorchBackendConfig(
             external_constants=external_constants,
