@@ -314,12 +314,6 @@ def test_declines_stride_one():
     assert "stride 1" in _declined(nn.ConvTranspose1d(4, 4, 3), torch.randn(1, 4, 5))
 
 
-def test_declines_dynamic_length():
-    x = torch.randn(1, 4, 5)
-    reason = _declined(nn.ConvTranspose1d(4, 4, 4, 2), x, dynamic_shapes=({2: Dim("time", min=2, max=100)},))
-    assert "dynamic spatial shape" in reason
-
-
 def test_declines_weight_from_an_input():
     assert "program input" in _declined(UserWeight(), torch.randn(1, 4, 5), torch.randn(4, 2, 4))
 

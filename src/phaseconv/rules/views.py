@@ -4,7 +4,7 @@ copy of a same-shaped tensor -> that tensor: the same values, in a form XNNPACK 
 XNNPACK's partitioner delegates unsqueeze only on the trailing dimension, and squeeze, alias
 (what `x[..., :len]` of a whole dimension exports to), select (`x[..., 0]`) and unbind not at all:
 StyleGAN2's styles[:, :, None, None], EnCodec's padding and RoPE's real/imaginary parts each split
-the partition. With static shapes a squeeze or unsqueeze is a view to the result's shape, an alias
+the partition. A squeeze or unsqueeze is a view to the result's shape (one dynamic size inferred), an alias
 is its input, and select(x, d, i) is view(slice(x, d, i, i + 1)) (unbind: one per index).
 `copy(dst, src)` (what a state write `state[:] = x` functionalizes to) is `src` when both have one
 shape and dtype; ExecuTorch would run it as a portable copy.
@@ -41,8 +41,10 @@ class ViewRule:
 
     def check(self, node: Node, editor: ProgramEditor) -> ViewPlan | Skip:
         shape = tuple(node.args[0].meta["val"].shape if node.target in SELECTS else node.meta["val"].shape)
-        if not all(isinstance(size, int) for size in shape):
-            return Skip("dynamic shape")
+        dynamic = sum(not isinstance(size, int) for size in shape)
+        if dynamic and node.target in SELECTS or dynamic > 1 and node.target in RESHAPES:
+            return Skip(f"dynamic shape {list(shape)}: a view infers only one size")
+        shape = tuple(size if isinstance(size, int) else -1 for size in shape)  # the dynamic one inferred
         if node.target == aten.copy.default:
             dst, src = (arg.meta["val"] for arg in node.args[:2])
             if dst.shape != src.shape or dst.dtype != src.dtype:

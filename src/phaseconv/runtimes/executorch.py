@@ -24,6 +24,7 @@ from executorch.runtime import Runtime
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+from phaseconv.errors import PhaseconvError
 from phaseconv.graph.program import copy_program, declared_ranges_kept
 
 _threads_locked = False
@@ -99,8 +100,17 @@ class LoadedProgram:
         self._program = Runtime.get().load_program(self._buffer, data_path=data_path)
         self._method = self._program.load_method("forward")
         _threads_locked = True
+        meta = self._method.metadata
+        # Planned sizes: a dynamic size is planned for the longest of its declared range.
+        self._largest = [tuple(meta.input_tensor_meta(i).sizes()) for i in range(meta.num_inputs())]
 
     def run(self, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+        for number, (tensor, largest) in enumerate(zip(inputs, self._largest), start=1):
+            if tensor.dim() != len(largest) or any(n > m for n, m in zip(tensor.shape, largest)):
+                raise PhaseconvError(
+                    f"input {number} has shape {list(tensor.shape)}; the program takes at most {list(largest)} "
+                    "(a dynamic size up to the longest of its declared range)"
+                )
         return list(self._method.execute(tuple(inputs)))
 
     def method_meta(self):
