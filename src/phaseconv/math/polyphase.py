@@ -172,12 +172,22 @@ class AlignedPhases:
 
 
 def aligned_phases(
-    shortest: int, stride: int, padding: int, dilation: int, kernel: int, output_padding: int
+    shortest: int,
+    stride: int,
+    padding: int,
+    dilation: int,
+    kernel: int,
+    output_padding: int,
+    trim_start: int = 0,
+    trim_end: int = 0,
 ) -> AlignedPhases | None:
-    """The AlignedPhases of a dimension with lengths L >= `shortest`, or None when the output length
-    is not a whole number of blocks (a crop at the end would remain) or a padding would be negative."""
+    """The AlignedPhases of a dimension with lengths L >= `shortest` whose output also loses
+    `trim_start` and `trim_end` samples (a slice after the layer: padding p + trim_start on the left),
+    or None when the output length is not a whole number of blocks (a crop would remain) or a
+    padding would be negative."""
     taps = math.ceil((dilation * (kernel - 1) + 1) / stride)
-    rest = output_length(0, stride, padding, dilation, kernel, output_padding)  # L_out - L*s
+    rest = output_length(0, stride, padding, dilation, kernel, output_padding) - trim_start - trim_end  # - L*s
+    padding += trim_start
     if rest % stride:
         return None
     extra_blocks = rest // stride

@@ -9,6 +9,7 @@ moves a clamp-type activation that only reads the output in front of the interle
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -238,7 +239,8 @@ class ConvTransposeRule:
                     return Skip(f"length {n} from {shortest}: too short for kernel {kernel} at the shortest")
                 windows.append(window)
                 if conv.spatial == 1:
-                    aligned = aligned_phases(shortest, *dim_settings)
+                    folded, trims = _end_trims(node)
+                    aligned = aligned_phases(shortest, *dim_settings, *trims)
             if conv.spatial == 1 and aligned is None:
                 return Skip(
                     f"dynamic length {lengths[0]}: the output is not whole phase blocks from its start, so a "
@@ -474,6 +476,29 @@ def _fusable_activation(output: Node) -> Node | None:
     if user.op == "call_function" and user.target in FUSABLE_ACTIVATIONS and user.args[0] is output:
         return user
     return None
+
+
+def _end_trims(node: Node) -> tuple[list[Node], tuple[int, int]]:
+    """Slices of a 1-D output of dynamic length that are its only user, in chain order, with a
+    static start and an end counted back from the end (`y[..., a:-b]`): those slices, (a, b)."""
+    folded, start, end = [], 0, 0
+    current = node
+    while len(current.users) == 1:
+        (user,) = current.users
+        if user.op != "call_function" or user.target != aten.slice.Tensor or _arg(user, 1, "dim", 0) % 3 != 2:
+            break
+        first, last, step = _arg(user, 2, "start", None), _arg(user, 3, "end", None), _arg(user, 4, "step", 1)
+        first = 0 if first is None else first
+        last = sys.maxsize if last is None else last
+        if step != 1 or not (isinstance(first, int) and isinstance(last, int)) or first < 0:
+            break
+        if 0 <= last < sys.maxsize:  # an end counted from the start: needs the length
+            break
+        start += first
+        end += 0 if last == sys.maxsize else -last
+        folded.append(user)
+        current = user
+    return folded, (start, end)
 
 
 def _trimming_slices(node: Node, conv: ConvTranspose, lengths: list[int], kernel: list[int]):
