@@ -11,6 +11,7 @@ from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import lower_and_run, transposed_convs
 
+
 class Trimmed(nn.Module):
     """A causal streaming-style deconvolution: the last k - s outputs trimmed by a slice."""
 
