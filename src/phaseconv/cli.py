@@ -44,10 +44,15 @@ def _options(debug: bool = typer.Option(False, "--debug", help="show tracebacks 
 
 
 def _load(model: str, prepare: bool, weights: Path | None = None):
-    """The model's exported program; says so in one line on stderr when a module was prepared."""
+    """The model's exported program (and its inputs)."""
     from phaseconv.models.loading import load_model
 
-    source = load_model(model, weights, prepare)
+    return load_model(model, weights, prepare)
+
+
+def _say_prepared(model: str, source) -> None:
+    """One line on stderr when a module was prepared (said once the command has succeeded, so that
+    a failure stays one line)."""
     if source.prepared:
         Console(stderr=True).print(
             f"prepared {model} with phaseconv.prepare (weight_norm baked, conv settings static); "
@@ -55,7 +60,6 @@ def _load(model: str, prepare: bool, weights: Path | None = None):
             highlight=False,
             soft_wrap=True,
         )
-    return source
 
 
 @contextlib.contextmanager
@@ -138,6 +142,7 @@ def explain(
     source = _load(model, not no_prepare)
     with _known_failures(model, source.prepared):
         decisions = explain_program(source.program)
+    _say_prepared(model, source)
     if as_json:
         _print_json([d.to_dict() for d in decisions])
     else:
@@ -171,6 +176,7 @@ def lower(
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
     from phaseconv.lowering import lower as lower_program
     from phaseconv.lowering import require_backend, require_folder
+    from phaseconv.quantize import calibration_sets
 
     require_backend(backend)  # all before loading the model, which can take long
     require_folder(output)
@@ -178,17 +184,19 @@ def lower(
         raise PhaseconvError(f"--quantize takes {' or '.join(QUANTIZE_MODES)}, got {quantize!r}")
     if calibration is not None and quantize != "int8":
         raise PhaseconvError("--calibration goes with --quantize int8")
+    sets = calibration_sets(calibration) if calibration is not None else None  # before the model: cheap
     source = _load(model, not no_prepare, weights)
     with _known_failures(model, source.prepared):
         program = source.program
         if quantize is not None:
-            program = _quantized(source, quantize, calibration)
+            program = _quantized(source, quantize, sets)
         lowered = lower_program(program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants)
         summaries = {"phaseconv" if not no_rewrite else "stock": lowered.summary}
         if not no_rewrite:  # the stock lowering beside it: cheap for the models this is for
             summaries = {"stock": lower_program(program, rewrite=False).summary, **summaries}
     files = lowered.save(output)
     snr = _int8_snr(source, lowered, files) if quantize is not None else None
+    _say_prepared(model, source)
     if as_json:
         _print_json(
             {
@@ -210,13 +218,11 @@ def lower(
 QUANTIZE_MODES = {"int8": "static", "int8-dynamic": "dynamic"}
 
 
-def _quantized(source, flag: str, calibration: Path | None):
-    """The source's program quantized as `--quantize flag` asks, calibrated on the folder's inputs."""
-    from phaseconv.quantize import calibration_sets, quantize
+def _quantized(source, flag: str, sets):
+    """The source's program quantized as `--quantize flag` asks, calibrated on `sets` (input tuples)."""
+    from phaseconv.quantize import quantize
 
-    if calibration is not None:
-        sets = calibration_sets(calibration)
-    else:
+    if sets is None:
         sets = [source.inputs]
         if flag == "int8":
             Console(stderr=True).print(
@@ -279,7 +285,7 @@ def bench(
     for path in (json_path, plot_path):
         if path is not None:
             require_folder(path)
-    _load(model, not no_prepare)  # fail here, with a clear message, rather than inside a worker
+    _say_prepared(model, _load(model, not no_prepare))  # fail here, with a clear message, not in a worker
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"timing {model}", total=runs * len(counts))
         results = run_bench(model, counts, runs, on_round=lambda: progress.advance(task), prepare=not no_prepare)

@@ -277,12 +277,19 @@ def _shape_env(ep: ExportedProgram):
     return fake_mode.shape_env if fake_mode is not None else None
 
 
-def size_range(size: torch.SymInt) -> tuple[int, int]:
-    """(lowest value, example value) of a dynamic size, from the program's shape environment."""
+def size_range(size: torch.SymInt) -> tuple[int, int] | None:
+    """(lowest value, at least 1; example value) of a dynamic size, from the program's shape
+    environment; None for a size with no finite lower bound or no example (data-dependent)."""
     from torch.utils._sympy.value_ranges import bound_sympy
 
     symbolic = size.node
-    return int(bound_sympy(symbolic.expr, symbolic.shape_env.var_to_range).lower), int(symbolic.hint)
+    if symbolic.hint is None:
+        return None
+    try:
+        lowest = int(bound_sympy(symbolic.expr, symbolic.shape_env.var_to_range).lower)
+    except (TypeError, ValueError, AttributeError, OverflowError):  # -oo: no lower bound
+        return None
+    return max(1, lowest), int(symbolic.hint)
 
 
 def is_in_place(node: Node) -> bool:

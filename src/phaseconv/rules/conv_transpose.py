@@ -233,7 +233,10 @@ class ConvTransposeRule:
                 if isinstance(n, int):
                     windows.append(phase_window(n, *dim_settings))
                     continue
-                shortest, typical = size_range(n)
+                known = size_range(n)
+                if known is None:
+                    return Skip(f"dynamic length {n} with no known range (computed from the data?)")
+                shortest, typical = known
                 window = phase_window_any_length(shortest, typical, *dim_settings)
                 if window is None:
                     return Skip(f"length {n} from {shortest}: too short for kernel {kernel} at the shortest")
