@@ -65,6 +65,7 @@ def test_demo_model_by_name():
     assert [d["rule"] for d in json.loads(result.stdout)].count("conv_transpose") == 5  # + frame upsampler
 
 
+@pytest.mark.slow
 def test_bench_writes_json_and_plot(tmp_path):
     result = phaseconv(
         "bench", FACTORY, "--threads", "1,2", "--runs", "3", "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png"

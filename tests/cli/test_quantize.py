@@ -33,6 +33,7 @@ def test_lower_int8_calibrated_from_a_folder(calibration, tmp_path):
     assert "warning" not in result.stderr
 
 
+@pytest.mark.slow
 def test_lower_int8_without_calibration_warns(tmp_path):
     result = phaseconv("lower", FACTORY, "--quantize", "int8", "-o", tmp_path / "int8.pte")
     assert result.returncode == 0, result.stderr

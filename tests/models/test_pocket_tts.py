@@ -31,7 +31,7 @@ def stream_runtime(buffer: bytes, latents: torch.Tensor) -> torch.Tensor:
     return torch.cat([program.run((latents[:, i : i + 1],))[0] for i in range(latents.shape[1])], dim=-1)
 
 
-@pytest.mark.parametrize("config", [SMALL, DEFAULT])
+@pytest.mark.parametrize("config", [pytest.param(SMALL, marks=pytest.mark.slow), DEFAULT])
 def test_streamed_step_equals_pocket_tts_streaming_decode(config):
     mimi = build_mimi(config)
     rewritten, lowered = lowered_step(mimi)
