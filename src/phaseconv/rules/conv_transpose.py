@@ -222,41 +222,14 @@ class ConvTransposeRule:
         kernel = list(conv.weight.meta["val"].shape[2:])
         settings = list(zip(conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding))
         aligned = None
-        depthwise = conv.groups > 1 and conv.weight.meta["val"].shape[0] == conv.groups
-        if dynamic and conv.spatial > 2:
-            return Skip(f"dynamic length in a 3-D layer: its interleave takes one permute per dimension ({lengths})")
-        if dynamic and weight is not None:
-            return Skip(f"int8 weight and dynamic length {lengths}: not rewritten yet")
-        if dynamic:  # the whole output, every slice end counted from the end; a trim stays a slice
-            folded, windows = [], []
-            for n, dim_settings in zip(lengths, settings):
-                if isinstance(n, int):
-                    windows.append(phase_window(n, *dim_settings))
-                    continue
-                known = size_range(n)
-                if known is None:
-                    return Skip(f"dynamic length {n} with no known range (computed from the data?)")
-                shortest, typical = known
-                window = phase_window_any_length(shortest, typical, *dim_settings)
-                if window is None:
-                    return Skip(f"length {n} from {shortest}: too short for kernel {kernel} at the shortest")
-                windows.append(window)
-                if conv.spatial == 1:
-                    folded, trims = _end_trims(node)
-                    aligned = aligned_phases(shortest, *dim_settings, *trims)
-            if conv.spatial == 1 and aligned is None:
-                return Skip(
-                    f"dynamic length {lengths[0]}: the output is not whole phase blocks from its start, so a "
-                    "crop would remain, and XNNPACK slices only static shapes"
-                )
-            if aligned is not None and aligned.shift and conv.groups > 1 and not (self.split_depthwise and depthwise):
-                return Skip(f"dynamic length {lengths[0]} with {conv.groups} groups and a crop: not rewritten yet")
-            if conv.spatial > 1 and any(w.needs_crop or w.needs_input_slice for w in windows):
-                return Skip(
-                    f"dynamic size in {lengths}: the window needs a slice, and XNNPACK slices only static shapes"
-                )
+        if dynamic:
+            planned = self._dynamic_windows(node, conv, lengths, kernel)
+            if isinstance(planned, Skip):
+                return planned
+            folded, windows, aligned = planned
         else:
             folded, bounds = _trimming_slices(node, conv, lengths, kernel)
+            settings = zip(conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding)
             windows = [phase_window(n, *s, start, stop) for n, s, (start, stop) in zip(lengths, settings, bounds)]
         overhead = math.prod(w.blocks * w.taps * w.stride for w in windows) / math.prod(
             w.input_length * k for w, k in zip(windows, kernel)
@@ -290,6 +263,40 @@ class ConvTransposeRule:
                 f"and padding-only blocks), over the {limit}x where it stops paying on XNNPACK"
             )
         return plan
+
+    def _dynamic_windows(self, node: Node, conv: ConvTranspose, lengths: list, kernel: list[int]):
+        """(folded trims, windows, AlignedPhases of a 1-D layer) for an input with one dynamic length,
+        or Skip: no slice of a dynamic size may remain, since XNNPACK slices static shapes only."""
+        if conv.spatial > 2:
+            return Skip(f"dynamic length in a 3-D layer: its interleave takes one permute per dimension ({lengths})")
+        if quantized_weight(conv.weight) is not None:
+            return Skip(f"int8 weight and dynamic length {lengths}: not rewritten yet")
+        folded, windows, aligned = [], [], None
+        for n, settings in zip(lengths, zip(conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding)):
+            if isinstance(n, int):
+                windows.append(phase_window(n, *settings))
+                continue
+            known = size_range(n)
+            if known is None:
+                return Skip(f"dynamic length {n} with no known range (computed from the data?)")
+            window = phase_window_any_length(*known, *settings)
+            if window is None:
+                return Skip(f"length {n} from {known[0]}: too short for kernel {kernel} at the shortest")
+            windows.append(window)
+            if conv.spatial == 1:
+                folded, trims = _end_trims(node)
+                aligned = aligned_phases(known[0], *settings, *trims)
+        if conv.spatial == 1 and aligned is None:
+            return Skip(
+                f"dynamic length {lengths[0]}: the output is not whole phase blocks from its start, so a "
+                "crop would remain, and XNNPACK slices only static shapes"
+            )
+        depthwise = conv.groups > 1 and conv.weight.meta["val"].shape[0] == conv.groups
+        if aligned is not None and aligned.shift and conv.groups > 1 and not (self.split_depthwise and depthwise):
+            return Skip(f"dynamic length {lengths[0]} with {conv.groups} groups and a crop: not rewritten yet")
+        if conv.spatial > 1 and any(w.needs_crop or w.needs_input_slice for w in windows):
+            return Skip(f"dynamic size in {lengths}: the window needs a slice, and XNNPACK slices only static shapes")
+        return folded, windows, aligned
 
     def describe(self, plan: PolyphasePlan) -> str:
         taps = "x".join(str(w.taps) for w in plan.windows)
