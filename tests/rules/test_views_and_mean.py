@@ -3,11 +3,12 @@
 import pytest
 import torch
 from torch import nn
+from torch.export import Dim
 
 import phaseconv
 from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import assert_close, assert_one_partition_matching, export, run
+from tests.helpers import assert_close, assert_one_partition_matching, export, lower_and_run, run
 
 
 class Styles(nn.Module):
@@ -44,3 +45,30 @@ def test_means_over_other_dimensions_are_declined(dims):
 
     decisions = [d for d in phaseconv.explain(export(Mean(), torch.randn(2, 3, 4))) if d.rule == "mean"]
     assert all(not d.applied for d in decisions)
+
+
+class Snake(nn.Module):
+    """DAC's Snake activation: reshapes to sizes it read from its input, and back."""
+
+    def __init__(self):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.rand(1, 8, 1) + 0.5)
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(shape[0], shape[1], -1)
+        x = x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
+        return x.reshape(shape)
+
+
+def test_a_view_to_sizes_read_from_a_dynamic_input_infers_the_dynamic_one():
+    module = Snake().eval()
+    ep = torch.export.export(module, (torch.randn(1, 8, 20),), dynamic_shapes=({2: Dim("t", min=2, max=100)},))
+    decisions = [d for d in phaseconv.explain(ep) if d.rule == "views"]
+    assert decisions and all(d.applied and "-1" in d.detail for d in decisions), decisions
+    rewritten = phaseconv.rewrite(ep)
+    for length in (2, 33, 100):
+        x = torch.randn(1, 8, length)
+        summary, (out,) = lower_and_run(rewritten, x)
+        assert summary.partitions == 1 and not summary.outside, summary
+        torch.testing.assert_close(out, module(x), rtol=1e-5, atol=1e-5)

@@ -7,7 +7,8 @@ StyleGAN2's styles[:, :, None, None], EnCodec's padding and RoPE's real/imaginar
 the partition. A squeeze or unsqueeze is a view to the result's shape (one dynamic size inferred), an alias
 is its input, and select(x, d, i) is view(slice(x, d, i, i + 1)) (unbind: one per index).
 `copy(dst, src)` (what a state write `state[:] = x` functionalizes to) is `src` when both have one
-shape and dtype; ExecuTorch would run it as a portable copy.
+shape and dtype; ExecuTorch would run it as a portable copy. A view to sizes read from the graph
+(DAC's Snake: `x.reshape(B, C, -1)`, then back to `shape`) is a view to static sizes and -1.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ aten = torch.ops.aten
 RESHAPES = (aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
 SELECTS = (aten.select.int, aten.unbind.int)
 TARGETS = (*RESHAPES, aten.alias.default, aten.copy.default, *SELECTS)
+# A view or reshape to sizes read from the graph (`x.reshape(x.shape)` of a dynamic x): ExecuTorch runs
+# it outside the delegate (et_view); with its one dynamic size inferred (-1), XNNPACK runs it.
+SIZED = (aten.view.default, aten.reshape.default)
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,14 @@ class ViewRule:
     name = "views"
 
     def matches(self, node: Node) -> bool:
-        return node.op == "call_function" and node.target in TARGETS
+        if node.op != "call_function":
+            return False
+        return node.target in TARGETS or node.target in SIZED and any(isinstance(n, Node) for n in node.args[1])
 
     def check(self, node: Node, editor: ProgramEditor) -> ViewPlan | Skip:
         shape = tuple(node.args[0].meta["val"].shape if node.target in SELECTS else node.meta["val"].shape)
         dynamic = sum(not isinstance(size, int) for size in shape)
-        if dynamic and node.target in SELECTS or dynamic > 1 and node.target in RESHAPES:
+        if dynamic and node.target in SELECTS or dynamic > 1 and node.target in (*RESHAPES, *SIZED):
             return Skip(f"dynamic shape {list(shape)}: a view infers only one size")
         shape = tuple(size if isinstance(size, int) else -1 for size in shape)  # the dynamic one inferred
         if node.target == aten.copy.default:
@@ -63,6 +69,8 @@ class ViewRule:
             return "the copied tensor"
         if plan.node.target in SELECTS:
             return "slice + view"
+        if plan.node.target in SIZED:
+            return f"view to {list(plan.shape)} (sizes no longer read from the graph)"
         return f"view to {list(plan.shape)}"
 
     def apply(self, plan: ViewPlan, editor: ProgramEditor) -> None:
