@@ -16,8 +16,7 @@ so a stride-1 correlation with s*C_out output channels computes every phase j at
 from __future__ import annotations
 
 import math
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -42,21 +41,10 @@ class PhaseWindow:
     blocks: int
     crop_start: int
     crop_stop: int
-    from_end: bool = False  # the length is known only at run time: slice ends count from the end
 
     @property
     def interleaved_length(self) -> int:
         return self.stride * self.blocks
-
-    @property
-    def input_end(self) -> int:
-        """The input slice's end: `input_stop`, or with `from_end` its offset from the input's end."""
-        return _end(self.input_stop, self.input_length, self.from_end)
-
-    @property
-    def crop_end(self) -> int:
-        """The crop's end: `crop_stop`, or with `from_end` its offset from the interleaved end."""
-        return _end(self.crop_stop, self.interleaved_length, self.from_end)
 
     def offsets(self) -> tuple[int, ...]:
         """Everything but the lengths: equal for two lengths when one window plan serves both."""
@@ -125,12 +113,6 @@ def phase_window(
     )
 
 
-def _end(stop: int, length: int, from_end: bool) -> int:
-    if not from_end:
-        return stop
-    return stop - length if stop < length else sys.maxsize  # aten.slice's "to the end"
-
-
 # Past this length no clamp of a window changes any more: its offsets are those of every longer length.
 LONG = 1 << 20
 
@@ -142,13 +124,13 @@ def phase_window_any_length(
 
     Input stop, padding and crop are affine in L with clamps at fixed points, so when the window
     has the same offsets (`PhaseWindow.offsets`) at `shortest` and at a very long length, one plan
-    serves every length in between: slice ends then count from the end. None when it does not (an
-    input too short for the kernel at the shortest length). Planned at `typical` (for its cost).
+    serves every length in between. None when it does not (an input too short for the kernel at the
+    shortest length). Planned at `typical` (for its cost).
     """
     settings = (stride, padding, dilation, kernel, output_padding)
     if phase_window(shortest, *settings).offsets() != phase_window(shortest + LONG, *settings).offsets():
         return None
-    return replace(phase_window(typical, *settings), from_end=True)
+    return phase_window(typical, *settings)
 
 
 @dataclass(frozen=True)

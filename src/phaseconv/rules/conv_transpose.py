@@ -335,7 +335,7 @@ class ConvTransposeRule:
         x = node.args[0]
         for dim, window in enumerate(plan.windows, start=2):
             if window.needs_input_slice:
-                x = input_grid(editor.emit(anchor, aten.slice.Tensor, x, dim, window.input_start, window.input_end))
+                x = input_grid(editor.emit(anchor, aten.slice.Tensor, x, dim, window.input_start, window.input_stop))
         symmetric = [min(w.pad_before, w.pad_after) for w in plan.windows]
         extra = [
             pad
@@ -394,7 +394,7 @@ class ConvTransposeRule:
             result = interleave(editor, anchor, phase_conv(weight, bias), conv.stride, conv.groups, output_grid)
         for dim, window in enumerate(plan.windows, start=2):
             if window.needs_crop:
-                crop = (dim, window.crop_start, window.crop_end)
+                crop = (dim, window.crop_start, window.crop_stop)
                 result = editor.emit(anchor, aten.slice.Tensor, output_grid(result), *crop)
         editor.replace(replaced, result)
 
