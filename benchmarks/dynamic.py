@@ -11,8 +11,6 @@ medians, the error of each against eager, delegation of the dynamic programs.
 
 from __future__ import annotations
 
-import json
-import platform
 import sys
 from functools import partial
 from pathlib import Path
@@ -22,6 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=200)
 
@@ -113,9 +113,7 @@ def main(
         if only.lower() in case[0].lower():
             rows += measure(*case, runs)
     console.print(table(rows))
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"runs": runs, "threads": 1, "machine": platform.machine(), "processor": platform.processor()}
-    json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    save_results(json_path, rows, runs=runs, threads=1)
     console.print(f"wrote {json_path}")
 
 

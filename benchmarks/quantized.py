@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-import platform
-import subprocess
 import sys
-import tempfile
 from functools import partial
 from pathlib import Path
 
@@ -32,6 +29,8 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.workers import save_results, worker_rows  # noqa: E402
 
 console = Console(width=220)
 PROGRAMS = (
@@ -178,19 +177,13 @@ def worker(threads: int, runs: int, only: str, out: Path) -> None:
 
 
 def run_workers(threads: list[int], runs: int, only: str) -> list[dict]:
-    rows = []
-    for count in threads:
-        with tempfile.TemporaryDirectory() as folder:
-            out = Path(folder) / "rows.json"
-            command = [sys.executable, __file__, "--worker", "--threads", str(count), "--runs", str(runs)]
-            command += ["--only", only, "--json", str(out)]
-            with console.status(f"{count} thread(s): quantizing, lowering and timing every case"):
-                process = subprocess.run(command, capture_output=True, text=True)
-            if process.returncode != 0:
-                console.print(process.stderr[-3000:])
-                raise typer.Exit(1)
-            rows += json.loads(out.read_text())
-    return rows
+    status = "{} thread(s): quantizing, lowering and timing every case"
+    arguments = ["--runs", str(runs), "--only", only]
+    return [
+        row
+        for count in threads
+        for row in worker_rows(__file__, ["--threads", str(count), *arguments], status.format(count), console)
+    ]
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -251,9 +244,7 @@ def main(
                 f"{count} thread(s): transposed-convolution layers, phaseconv int8 vs stock int8: geometric mean "
                 f"{geometric_mean(layers):.2f}x, lowest {min(layers):.2f}x"
             )
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"runs": runs, "machine": platform.machine(), "processor": platform.processor()}
-    json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    save_results(json_path, rows, runs=runs)
     console.print(f"wrote {json_path}")
 
 

@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import copy
 import json
-import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +32,8 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.workers import save_results, worker_rows  # noqa: E402
 
 console = Console(width=200)
 PROGRAMS = ("stock step", "phaseconv step", "phaseconv int8 step", "pocket-tts eager")
@@ -149,16 +148,9 @@ def weight_bytes(ep) -> int:
 def run_workers(config: str, threads: list[int], frames: int) -> list[dict]:
     rows = []
     for count in threads:
-        with tempfile.TemporaryDirectory() as folder:
-            out = Path(folder) / "rows.json"
-            command = [sys.executable, __file__, "--worker", "--config", config, "--threads", str(count)]
-            command += ["--frames", str(frames), "--json", str(out)]
-            with console.status(f"{config}, {count} thread(s): lowering, then {frames} frames of each program"):
-                process = subprocess.run(command, capture_output=True, text=True)
-            if process.returncode != 0:
-                console.print(process.stderr[-3000:])
-                raise typer.Exit(1)
-            rows += json.loads(out.read_text())
+        arguments = ["--config", config, "--threads", str(count), "--frames", str(frames)]
+        status = f"{config}, {count} thread(s): lowering, then {frames} frames of each program"
+        rows += worker_rows(__file__, arguments, status, console)
     return rows
 
 
@@ -227,9 +219,7 @@ def main(
     console.print(table(rows, frames))
     console.print(profile_table(rows))
     console.print(f"stock ExecuTorch with its own quantizer (static int8): {rows[0]['stock_int8']}")
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"frames": frames, "machine": platform.machine(), "processor": platform.processor()}
-    json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    save_results(json_path, rows, frames=frames)
     console.print(f"wrote {json_path}")
 
 
