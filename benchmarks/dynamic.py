@@ -35,6 +35,7 @@ def cases():
         ("SpeechT5 HiFi-GAN", partial(transformers_audio.hifigan, 40), 1, 2, 400, (50, 100, 237)),
         ("DAC decoder", partial(transformers_audio.dac_decoder, 0.3), 2, 2, 64, (7, 20, 64)),
         ("SEANet decoder", partial(audio.seanet_decoder, 10), 2, 1, 100, (7, 25, 100)),
+        ("Mimi decoder", partial(transformers_audio.mimi_latents_decoder, 4), 2, 2, 64, (3, 25, 64)),
     ]
 
 

@@ -8,7 +8,7 @@ import phaseconv
 from phaseconv.models import transformers_audio
 from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import assert_close, transposed_convs
+from tests.helpers import TINY_MIMI, assert_close, transposed_convs
 
 pytest.importorskip("transformers")
 
@@ -26,20 +26,43 @@ def small_hifigan():
     )
 
 
-def test_hifigan_with_dynamic_frames_is_one_partition_and_exact_over_its_range():
-    module, (mel,) = small_hifigan()
+def lowered_over_range(module, example, axis: int, shortest: int, longest: int):
+    """phaseconv.prepare(module) exported with a Dim on `axis`, rewritten, lowered: (module, program
+    after the rewrite, delegation summary, loaded program)."""
     module = phaseconv.prepare(module)
-    ep = torch.export.export(module, (mel,), dynamic_shapes=({1: Dim("frames", min=2, max=40)},))
+    ep = torch.export.export(module, (example,), dynamic_shapes=({axis: Dim("t", min=shortest, max=longest)},))
     rewritten = phaseconv.rewrite(ep)
-    assert not transposed_convs(rewritten)
     buffer = to_xnnpack(rewritten).buffer
-    summary = summarize_pte(buffer)
-    assert summary.partitions == 1 and not summary.outside, summary
-    program = LoadedProgram(buffer)
-    for frames in (2, 13, 40):
-        x = torch.randn(1, frames, mel.shape[-1])
+    return module, rewritten, summarize_pte(buffer), LoadedProgram(buffer)
+
+
+def assert_exact_at(module, program, example, axis: int, lengths) -> None:
+    for length in lengths:
+        shape = list(example.shape)
+        shape[axis] = length
+        x = torch.randn(shape)
         with torch.no_grad():
             expected = module(x)
         (out,) = program.run((x,))
         assert out.shape == expected.shape
         assert_close(out, expected, scale=float(expected.abs().max()))
+
+
+def test_hifigan_with_dynamic_frames_is_one_partition_and_exact_over_its_range():
+    module, (mel,) = small_hifigan()
+    module, rewritten, summary, program = lowered_over_range(module, mel, 1, 2, 40)
+    assert not transposed_convs(rewritten)
+    assert summary.partitions == 1 and not summary.outside, summary
+    assert_exact_at(module, program, mel, 1, (2, 13, 40))
+
+
+def test_mimi_with_dynamic_frames_is_one_partition_and_exact_over_its_range():
+    """prepare's padding stays symbolic, the causal crops fold, the sliding-window mask and rotary
+    tables are folded at the longest length and sliced, rotate_half is a matmul: one partition,
+    with only the slices of those constants (and the size they read) outside."""
+    module, (latents,) = transformers_audio.mimi_latents_decoder(3, **TINY_MIMI)
+    module, rewritten, summary, program = lowered_over_range(module, latents, 2, 2, 24)
+    assert not transposed_convs(rewritten)
+    assert summary.partitions == 1, summary
+    assert set(summary.outside) <= {"aten::slice_copy.Tensor_out", "aten::sym_size.int", "executorch_prim::mul.Scalar"}
+    assert_exact_at(module, program, latents, 2, (2, 7, 24))

@@ -12,7 +12,6 @@ Numerics do not change: the same weights and the same padding, computed once.
 from __future__ import annotations
 
 import copy
-import math
 import types
 
 import torch
@@ -73,9 +72,10 @@ def _make_padding_static(module: nn.Module) -> None:
 def _extra_padding(self: nn.Module, hidden_states: torch.Tensor) -> int:
     """transformers' `_get_extra_padding_for_conv1d` with ints: pad so that the last window is full.
 
-    n_frames = ceil((L - k + p) / s + 1) - 1; extra = n_frames * s + k - p - L.
+    n_frames = ceil((L - k + p) / s), computed as -((k - p - L) // s) so that a symbolic length
+    stays symbolic (no float); extra = n_frames * s + k - p - L.
     """
     length = hidden_states.shape[-1]
     kernel, stride, padding = self.kernel_size, self.stride, self.padding_total
-    n_frames = math.ceil((length - kernel + padding) / stride + 1) - 1
+    n_frames = -((kernel - padding - length) // stride)
     return n_frames * stride + kernel - padding - length

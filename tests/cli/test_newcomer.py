@@ -23,6 +23,7 @@ def test_a_factory_is_prepared_by_default_and_says_so():
     ]
 
 
+@pytest.mark.slow
 def test_without_prepare_the_failure_names_its_cause_and_fix(tmp_path):
     pytest.importorskip("transformers")
     result = phaseconv("lower", TINY_MIMI, "--no-prepare", "-o", tmp_path / "mimi.pte")

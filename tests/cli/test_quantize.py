@@ -21,6 +21,7 @@ def calibration(tmp_path):
     return folder
 
 
+@pytest.mark.slow
 def test_lower_int8_calibrated_from_a_folder(calibration, tmp_path):
     output = tmp_path / "int8.pte"
     result = phaseconv("lower", FACTORY, "--quantize", "int8", "--calibration", calibration, "-o", output, "--json")

@@ -90,3 +90,38 @@ def test_the_original_program_is_untouched():
     before = ep.graph_module.code
     phaseconv.rewrite(ep)
     assert ep.graph_module.code == before
+
+
+class Positions(nn.Module):
+    """x + arange(T) (positions from the length) and x + arange(T) / T (not a prefix of the longest)."""
+
+    def __init__(self, normalized: bool = False):
+        super().__init__()
+        self.normalized = normalized
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[-1], dtype=x.dtype)
+        if self.normalized:
+            positions = positions / x.shape[-1]
+        return torch.relu(x) + positions
+
+
+def test_a_value_of_the_dynamic_length_is_folded_at_the_longest_and_sliced():
+    from torch.export import Dim
+
+    ep = export(Positions(), torch.randn(1, 4, 8), dynamic_shapes=({2: Dim("t", min=2, max=50)},))
+    (decision,) = folded(phaseconv.explain(ep))
+    assert "at the longest length (50), sliced to the run-time length" in decision.detail
+    rewritten = phaseconv.rewrite(ep)
+    assert not any(n.target == torch.ops.aten.arange.default for n in rewritten.graph.nodes)
+    for length in (2, 17, 50):
+        x = torch.randn(1, 4, length)
+        assert torch.equal(run(rewritten, x), run(ep, x))
+
+
+def test_a_value_that_is_not_a_leading_block_of_the_longest_is_left():
+    from torch.export import Dim
+
+    ep = export(Positions(normalized=True), torch.randn(1, 4, 8), dynamic_shapes=({2: Dim("t", min=2, max=50)},))
+    reasons = [d.reason for d in phaseconv.explain(ep) if d.rule == "fold_constants" and not d.applied]
+    assert any("is not the leading block of its value at 50" in reason for reason in reasons), reasons

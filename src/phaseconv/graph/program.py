@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import operator
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -78,6 +79,7 @@ class ProgramEditor:
         self._derived: dict[tuple[str, str], Node] = {}
         self._created: dict[str, Node] = {}
         self._touched: set[Node] = set()
+        self._sizes: dict[tuple, Node] = {}
         self._fake_mode = detect_fake_mode([n.meta["val"] for n in self.graph.nodes if "val" in n.meta])
 
     # ---- constants -------------------------------------------------------------------------
@@ -102,9 +104,55 @@ class ProgramEditor:
         is the constant folding the backend would otherwise never do.
         """
         with torch.no_grad():
-            return self._evaluate(node, {})
+            return self._evaluate(node, {}, {})
 
-    def _evaluate(self, node: Node, memo: dict[Node, Any]) -> Any:
+    def value_at(self, node: Node, sizes: dict) -> torch.Tensor:
+        """The value of `node` if it depends only on constants and shapes, with the dynamic sizes'
+        symbols bound to the ints in `sizes` (a causal mask or rotary table at one length)."""
+        with torch.no_grad():
+            return self._evaluate(node, {}, sizes)
+
+    def dynamic_symbol(self):
+        """The one symbol the user inputs' sizes are expressions of (NotConstant if none or several)."""
+        symbols = set()
+        for node in self.graph.nodes:
+            if node.op == "placeholder" and isinstance(node.meta.get("val"), torch.Tensor):
+                for size in node.meta["val"].shape:
+                    if not isinstance(size, int):
+                        symbols |= size.node.expr.free_symbols
+        if len(symbols) != 1:
+            raise NotConstant(f"the program has {len(symbols) or 'no'} dynamic sizes; one is handled")
+        return symbols.pop()
+
+    def declared_bounds(self, symbol) -> tuple[int, int]:
+        """The declared (lowest, highest) value of a size symbol."""
+        bounds = self._fake_mode.shape_env.var_to_range[symbol]
+        try:
+            return int(bounds.lower), int(bounds.upper)
+        except (TypeError, OverflowError):
+            raise NotConstant(f"{symbol} has no declared upper bound (give the Dim a max)") from None
+
+    def symbolic_size(self, symbol, a: int, b: int) -> Node:
+        """A node computing a * symbol + b at run time from a user input's size, after the inputs
+        (so that every node can read it); one per (symbol, a, b)."""
+        if (symbol, a, b) in self._sizes:
+            return self._sizes[symbol, a, b]
+        anchor = next(node for node in self.graph.nodes if node.op != "placeholder")
+        for node in self.graph.nodes:
+            if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
+                continue
+            for dim, size in enumerate(node.meta["val"].shape):
+                if not isinstance(size, int) and size.node.expr == symbol:
+                    result = self.emit(anchor, aten.sym_size.int, node, dim)
+                    if a != 1:
+                        result = self.emit(anchor, operator.mul, result, a)
+                    if b:
+                        result = self.emit(anchor, operator.add, result, b)
+                    self._sizes[symbol, a, b] = result
+                    return result
+        raise NotConstant(f"no input has {symbol} as a size")
+
+    def _evaluate(self, node: Node, memo: dict[Node, Any], sizes: dict) -> Any:
         if node in memo:
             return memo[node]
         if node.op == "placeholder":
@@ -116,8 +164,8 @@ class ProgramEditor:
                 raise NotConstant(f"it is dequantized by {node.name} (quantized weights are not rewritten)")
             args = node.args
             if node.target in SHAPE_ONLY:
-                args = (shape_stand_in(args[0]), *args[1:])
-            args, kwargs = torch.fx.node.map_arg((args, node.kwargs), lambda n: self._evaluate(n, memo))
+                args = (shape_stand_in(args[0], sizes), *args[1:])
+            args, kwargs = torch.fx.node.map_arg((args, node.kwargs), lambda n: self._evaluate(n, memo, sizes))
             value = node.target(*args, **kwargs)
         elif node.op == "get_attr":
             value = getattr(self.program.graph_module, node.target)
@@ -329,12 +377,21 @@ def _writes(node: Node, operand: Node) -> bool:
     return any(values.get(a.name) is operand and a.alias_info is not None and a.alias_info.is_write for a in arguments)
 
 
-def shape_stand_in(node: Node) -> torch.Tensor:
-    """Zeros with the static shape and dtype of `node`: all a shape-only op reads of its input."""
+class DynamicShape(NotConstant):
+    """The value depends on a dynamic size that was not bound."""
+
+
+def shape_stand_in(node: Node, sizes: dict | None = None) -> torch.Tensor:
+    """Zeros with the shape and dtype of `node`, dynamic sizes taken from `sizes` (symbol -> int):
+    all a shape-only op reads of its input."""
     val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not all(isinstance(size, int) for size in val.shape):
-        raise NotConstant(f"the shape of {node.name} is not static")
-    return torch.zeros(val.shape, dtype=val.dtype)
+    if not isinstance(val, torch.Tensor):
+        raise NotConstant(f"{node.name} is not a tensor")
+    try:
+        shape = [int(s) if isinstance(s, int) else int(s.node.expr.xreplace(sizes or {})) for s in val.shape]
+    except TypeError:  # a symbol left unbound
+        raise DynamicShape(f"the shape of {node.name} is not static") from None
+    return torch.zeros(shape, dtype=val.dtype)
 
 
 def _ancestors(node: Node) -> set[Node]:

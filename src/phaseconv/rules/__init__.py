@@ -11,6 +11,7 @@ from phaseconv.rules.lstm import LstmRule
 from phaseconv.rules.mean import MeanRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
 from phaseconv.rules.reflect_pad import ReflectPadRule
+from phaseconv.rules.rotate_half import RotateHalfRule
 from phaseconv.rules.slice_of_cat import SliceOfCatRule
 from phaseconv.rules.slice_scatter import SliceScatterRule
 from phaseconv.rules.views import ViewRule
@@ -22,6 +23,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     EluRule(),
     LayerNormRule(),
     AttentionRule(),
+    RotateHalfRule(),
     MeanRule(),
     ViewRule(),
     LstmRule(),

@@ -9,16 +9,20 @@ same softmax, and everything left is bmm, mul, add and softmax, which XNNPACK ru
 A float mask computed at run time (a streaming decoder's window over a KV cache, whose first slots
 are empty at the start of an utterance) is added as it is, when it is a `cat` over the keys with a
 constant piece that leaves every query row some key: then no row can be fully masked.
+
+With a dynamic length, a mask built from that length is folded at the longest and sliced to the
+run-time length (graph/prefix.py), checked at every length of the range.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.fx import Node
 
+from phaseconv.graph.prefix import PrefixConstant, prefix_constant, read_prefix
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.rules.base import Skip
 
@@ -32,6 +36,7 @@ class AttentionPlan:
     scale: float
     additive_mask: torch.Tensor | None
     runtime_mask: Node | None = None
+    prefix: PrefixConstant | None = None  # a dynamic length: additive_mask is [L, K] at the longest
 
 
 def _arguments(node: Node) -> dict:
@@ -61,11 +66,13 @@ class AttentionRule:
             return Skip("attention with dropout")
         if query.dtype != torch.float32:
             return Skip(f"attention in {query.dtype}: XNNPACK's bmm and softmax are delegated in float32")
-        if not all(isinstance(s, int) for t in (query, key, value) for s in t.shape):
-            return Skip("dynamic shapes")
+        if not all(isinstance(s, int) for t in (query, key, value) for s in (*t.shape[:-2], t.shape[-1])):
+            return Skip("a dynamic batch, head count or width")
         if query.shape[:-2] != key.shape[:-2] or key.shape[:-2] != value.shape[:-2]:
             return Skip("query, key and value differ in batch or head count (grouped-query attention)")
         length, keys = query.shape[-2], key.shape[-2]
+        if not (isinstance(length, int) and isinstance(keys, int)):
+            return self._check_dynamic(node, editor, args)
         mask = None
         if args["attn_mask"] is not None:
             try:
@@ -88,6 +95,29 @@ class AttentionRule:
         scale = args["scale"] if args["scale"] is not None else 1 / math.sqrt(query.shape[-1])
         return AttentionPlan(node, float(scale), mask)
 
+    def _check_dynamic(self, node: Node, editor: ProgramEditor, args: dict) -> AttentionPlan | Skip:
+        """Lengths that follow the program's dynamic size: a mask, if any, must be a prefix constant
+        (graph/prefix.py) that leaves every query row a key at every length."""
+        dtype = args["query"].meta["val"].dtype
+        scale = args["scale"] if args["scale"] is not None else 1 / math.sqrt(args["query"].meta["val"].shape[-1])
+        if args["is_causal"]:
+            return Skip("is_causal with a dynamic length: not rewritten yet")
+        if args["attn_mask"] is None:
+            return AttentionPlan(node, float(scale), None)
+        try:
+            prefix = prefix_constant(editor, args["attn_mask"])
+        except NotConstant as why:
+            return Skip(f"a dynamic length and a mask that is not a constant's leading block ({why})")
+        if any(size != 1 for size in prefix.value.shape[:-2]):
+            return Skip("a dynamic length and a mask that differs per batch or head")
+        for length in prefix.lengths:
+            if bool((additive_mask(prefix.at(length), dtype) == float("-inf")).all(dim=-1).any()):
+                return Skip(f"at length {length} a query row has every key masked")
+        offset = prefix.value.dim() - 2
+        matrix = additive_mask(prefix.value, dtype).reshape(prefix.value.shape[-2:])
+        prefix = replace(prefix, value=matrix, sizes=tuple((dim - offset, a, b) for dim, a, b in prefix.sizes))
+        return AttentionPlan(node, float(scale), matrix, prefix=prefix)
+
     def describe(self, plan: AttentionPlan) -> str:
         mask = "" if plan.additive_mask is None else " + constant mask"
         mask = " + run-time mask" if plan.runtime_mask is not None else mask
@@ -104,6 +134,7 @@ class AttentionRule:
         def emit(op, *operands):
             return editor.emit(node, op, *operands)
 
+        length, keys = (size if isinstance(size, int) else -1 for size in (length, keys))  # one per view
         q = emit(aten.view.default, query, [heads, length, width])
         key_transposed = _transposed_source(key)
         if key_transposed is not None:  # keys kept as [..., width, keys]: k^T is already there
@@ -112,7 +143,10 @@ class AttentionRule:
             k = emit(aten.permute_copy.default, emit(aten.view.default, key, [heads, keys, width]), [0, 2, 1])
         scores = emit(aten.bmm.default, q, k)
         scores = emit(aten.mul.Tensor, scores, editor.scalar_constant(plan.scale, scores))
-        if plan.additive_mask is not None or plan.runtime_mask is not None:
+        if plan.prefix is not None:  # [L, K] of the longest, sliced to the run-time lengths
+            mask = read_prefix(editor, node, plan.prefix, editor.new_constant(plan.additive_mask, f"{node.name}_mask"))
+            scores = emit(aten.add.Tensor, scores, mask)
+        elif plan.additive_mask is not None or plan.runtime_mask is not None:
             scores = emit(aten.view.default, scores, [*batch, length, keys])
             if plan.runtime_mask is not None:
                 shape = list(plan.runtime_mask.meta["val"].shape)

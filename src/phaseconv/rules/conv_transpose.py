@@ -490,7 +490,8 @@ def _fusable_activation(output: Node) -> Node | None:
 
 def _end_trims(node: Node) -> tuple[list[Node], tuple[int, int]]:
     """Slices of a 1-D output of dynamic length that are its only user, in chain order, with a
-    static start and an end counted back from the end (`y[..., a:-b]`): those slices, (a, b)."""
+    static start and an end counted back from the end (`y[..., a:-b]`, or an end computed as the
+    length minus b): those slices, (a, b)."""
     folded, start, end = [], 0, 0
     current = node
     while len(current.users) == 1:
@@ -500,6 +501,11 @@ def _end_trims(node: Node) -> tuple[list[Node], tuple[int, int]]:
         first, last, step = _arg(user, 2, "start", None), _arg(user, 3, "end", None), _arg(user, 4, "step", 1)
         first = 0 if first is None else first
         last = sys.maxsize if last is None else last
+        if isinstance(last, Node):  # an end computed at run time: a trim when it is the length minus b
+            removed = current.meta["val"].shape[2] - user.meta["val"].shape[2] - first
+            last = -int(removed) if isinstance(removed, int) or removed.node.expr.is_number else sys.maxsize
+            if last == sys.maxsize or last > 0:
+                break
         if step != 1 or not (isinstance(first, int) and isinstance(last, int)) or first < 0:
             break
         if 0 <= last < sys.maxsize:  # an end counted from the start: needs the length

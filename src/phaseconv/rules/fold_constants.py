@@ -8,6 +8,10 @@ evaluated with PyTorch on the program's own constants (shape-only ops see zeros 
 and replaced by a lifted constant, one per reading node (ExecuTorch cannot lower a constant that two
 partitions read). The values are the ones eager PyTorch computes, so numerics do not change.
 
+In a dynamic program, a value computed from a dynamic size (Mimi's mask and rotary tables follow the
+length) is folded at the longest length and read through slices to the run-time length, when its value
+at every length is the leading block of that (graph/prefix.py checks each length).
+
 This rule runs before the others, so they see the folded program.
 """
 
@@ -18,7 +22,15 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
-from phaseconv.graph.program import SHAPE_ONLY, NotConstant, ProgramEditor, is_in_place, written_in_place
+from phaseconv.graph.prefix import PrefixConstant, prefix_constant, read_prefix
+from phaseconv.graph.program import (
+    SHAPE_ONLY,
+    DynamicShape,
+    NotConstant,
+    ProgramEditor,
+    is_in_place,
+    written_in_place,
+)
 from phaseconv.rules.base import Skip
 
 aten = torch.ops.aten
@@ -48,8 +60,9 @@ MAX_GROWN_BYTES = 1 << 20  # ... unless it is smaller than 1 MiB
 @dataclass(frozen=True)
 class FoldPlan:
     node: Node
-    value: torch.Tensor
+    value: torch.Tensor  # a value of a dynamic length: at the longest, read through slices
     readers: tuple[Node, ...]
+    prefix: PrefixConstant | None = None
 
 
 def _is_random(node: Node) -> bool:
@@ -103,8 +116,13 @@ class FoldConstantsRule:
         return False  # found by `candidates`, which needs the program's signature
 
     def check(self, node: Node, editor: ProgramEditor) -> FoldPlan | Skip:
+        prefix = None
         try:
-            value = editor.constant_value(node)
+            try:
+                value = editor.constant_value(node)
+            except DynamicShape:
+                prefix = prefix_constant(editor, node)
+                value = prefix.value
         except NotConstant as why:
             return Skip(f"not computable ahead of time: {why}")
         except Exception as error:  # an op that cannot run eagerly on its own here
@@ -118,15 +136,20 @@ class FoldConstantsRule:
         readers = tuple(user for user in node.users if user.op != "output")
         if len(readers) != len(node.users):
             return Skip("it is a program output")
-        return FoldPlan(node, value.detach().clone().contiguous(), readers)
+        return FoldPlan(node, value.detach().clone().contiguous(), readers, prefix)
 
     def describe(self, plan: FoldPlan) -> str:
         value = plan.value
-        return f"computed once: {str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        text = f"computed once: {str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        if plan.prefix is not None:
+            text += f" at the longest length ({plan.prefix.lengths[-1]}), sliced to the run-time length"
+        return text
 
     def apply(self, plan: FoldPlan, editor: ProgramEditor) -> None:
         for reader in plan.readers:
             constant = editor.new_constant(plan.value, f"{plan.node.name}_{reader.name}")
+            if plan.prefix is not None:
+                constant = read_prefix(editor, reader, plan.prefix, constant)
             reader.replace_input_with(plan.node, constant)
         editor.release(plan.node)
 
