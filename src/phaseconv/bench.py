@@ -16,28 +16,43 @@ from pathlib import Path
 from phaseconv.errors import PhaseconvError
 
 
-def run_worker(spec: str, threads: int, runs: int, out: Path, prepare: bool = True) -> None:
+def run_worker(spec: str, threads: int, runs: int, out: Path, prepare: bool = True, lengths: tuple = ()) -> None:
+    """Lower once; time at the example inputs, or at each of `lengths` of a dynamic program."""
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(threads)
-    from phaseconv.compare import lower_stock_and_rewritten, time_variants
-    from phaseconv.models.loading import load_model
+    from phaseconv.compare import checked_on, lower_stock_and_rewritten, time_variants
+    from phaseconv.models.loading import inputs_at_length, load_model
 
     source = load_model(spec, prepare=prepare)
+    cases = {None: source.inputs} | {n: inputs_at_length(source.program, source.inputs, n) for n in lengths}
+    if lengths:
+        del cases[None]
     comparison = lower_stock_and_rewritten(source.program, source.inputs)
-    time_variants(comparison, source.inputs, runs, on_round=lambda: print("round", flush=True))
-    out.write_text(json.dumps({"model": source.name, "threads": threads, **comparison.to_dict()}))
+    results = []
+    for length, inputs in cases.items():
+        at_length = checked_on(comparison, source.program, inputs)
+        time_variants(at_length, inputs, runs, on_round=lambda: print("round", flush=True))
+        results.append({"model": source.name, "threads": threads, "length": length, **at_length.to_dict()})
+    out.write_text(json.dumps(results))
 
 
 def bench(
-    spec: str, threads: list[int], runs: int, on_round: Callable[[], None] = lambda: None, prepare: bool = True
+    spec: str,
+    threads: list[int],
+    runs: int,
+    on_round: Callable[[], None] = lambda: None,
+    prepare: bool = True,
+    lengths: tuple[int, ...] = (),
 ) -> list[dict]:
-    """One result per thread count; `on_round` is called after every timed round of every worker."""
+    """One result per thread count (and length of a dynamic program: `lengths`); `on_round` is
+    called after every timed round of every worker."""
     results = []
     for count in threads:
         with tempfile.TemporaryDirectory() as folder:
             out = Path(folder) / "result.json"
             command = [sys.executable, "-m", "phaseconv.bench", spec, str(count), str(runs), str(out), str(prepare)]
+            command += [str(n) for n in lengths]
             worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for line in worker.stdout:
                 if line.strip() == "round":
@@ -46,7 +61,7 @@ def bench(
             if worker.wait() != 0:
                 last = [line for line in stderr.strip().splitlines() if line.strip()][-1:] or ["no message"]
                 raise PhaseconvError(f"the benchmark worker at {count} thread(s) failed: {last[0]}")
-            results.append(json.loads(out.read_text()))
+            results += json.loads(out.read_text())
     return results
 
 
@@ -57,7 +72,7 @@ def plot(results: list[dict], path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['threads']} thread(s)" for r in results]
+    labels = [f"{r['threads']} thread(s)" + (f", length {r['length']}" if r["length"] else "") for r in results]
     stock = [r["programs"]["stock"]["median_ms"] for r in results]
     fast = [r["programs"]["phaseconv"]["median_ms"] for r in results]
     positions = range(len(results))
@@ -76,9 +91,9 @@ def plot(results: list[dict], path) -> None:
 
 
 if __name__ == "__main__":
-    spec, threads, runs, out, prepare = sys.argv[1:]
+    spec, threads, runs, out, prepare, *lengths = sys.argv[1:]
     try:
-        run_worker(spec, int(threads), int(runs), Path(out), prepare == "True")
+        run_worker(spec, int(threads), int(runs), Path(out), prepare == "True", tuple(map(int, lengths)))
     except PhaseconvError as error:
         print(f"phaseconv: error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -218,6 +218,17 @@ def lower(
 QUANTIZE_MODES = {"int8": "static", "int8-dynamic": "dynamic"}
 
 
+def _integers(text: str, option: str) -> list[int]:
+    """'1,2' -> [1, 2], each at least 1."""
+    try:
+        values = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise PhaseconvError(f"{option} takes comma-separated integers, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise PhaseconvError(f"{option} takes integers of at least 1, got {text!r}")
+    return values
+
+
 def _quantized(source, flag: str, sets):
     """The source's program quantized as `--quantize flag` asks, calibrated on `sets` (input tuples)."""
     from phaseconv.quantize import quantize
@@ -270,32 +281,40 @@ def bench(
     json_path: Path | None = typer.Option(None, "--json", help="write the results as JSON"),
     plot_path: Path | None = typer.Option(None, "--plot", help="write a PNG bar chart"),
     no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
+    lengths: str | None = typer.Option(
+        None, "--lengths", help="a program with a dynamic size: run it at these values of that size, e.g. 7,20,50"
+    ),
 ) -> None:
     """Time the stock and the rewritten program through the ExecuTorch runtime, interleaved."""
     from phaseconv.bench import bench as run_bench
     from phaseconv.bench import plot
     from phaseconv.lowering import require_folder, write_atomically
+    from phaseconv.models.loading import inputs_at_length
 
-    try:
-        counts = [int(t) for t in threads.split(",")]
-    except ValueError:
-        raise PhaseconvError(f"--threads takes comma-separated integers, got {threads!r}") from None
-    if any(c < 1 for c in counts):
-        raise PhaseconvError(f"thread counts must be at least 1, got {threads!r}")
+    counts = _integers(threads, "--threads")
     for path in (json_path, plot_path):
         if path is not None:
             require_folder(path)
-    _say_prepared(model, _load(model, not no_prepare))  # fail here, with a clear message, not in a worker
+    sizes = _integers(lengths, "--lengths") if lengths is not None else ()
+    source = _load(model, not no_prepare)  # fail here, with a clear message, not in a worker
+    for size in sizes:
+        inputs_at_length(source.program, source.inputs, size)
+    _say_prepared(model, source)
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"timing {model}", total=runs * len(counts))
-        results = run_bench(model, counts, runs, on_round=lambda: progress.advance(task), prepare=not no_prepare)
+        task = progress.add_task(f"timing {model}", total=runs * len(counts) * max(1, len(sizes)))
+        results = run_bench(
+            model, counts, runs, on_round=lambda: progress.advance(task), prepare=not no_prepare, lengths=sizes
+        )
     table = Table(title=f"{model}: ExecuTorch XNNPACK, median of {runs} interleaved runs")
-    for column in ("threads", "stock ms", "phaseconv ms", "speedup", "max |diff| stock", "max |diff| phaseconv"):
+    columns = ("threads", "length") if sizes else ("threads",)
+    columns += ("stock ms", "phaseconv ms", "speedup", "max |diff| stock", "max |diff| phaseconv")
+    for column in columns:
         table.add_column(column, justify="right")
     for r in results:
         stock, fast = r["programs"]["stock"], r["programs"]["phaseconv"]
         table.add_row(
             str(r["threads"]),
+            *([str(r["length"])] if sizes else []),
             f"{stock['median_ms']:.3f}",
             f"{fast['median_ms']:.3f}",
             f"{r['speedup']:.2f}x",

@@ -62,18 +62,26 @@ def _flat(outputs) -> list[torch.Tensor]:
 
 def lower_stock_and_rewritten(ep: ExportedProgram, inputs: tuple[torch.Tensor, ...]) -> Comparison:
     """Lower `ep` as it is and after phaseconv.rewrite; run each once through the runtime."""
-    with torch.no_grad():
-        reference = _flat(ep.module()(*inputs))
     rewritten, decisions = rewrite_with_report(ep)
     variants = {}
     for name, program in (("stock", ep), ("phaseconv", rewritten)):
-        manager = to_xnnpack(program)
-        buffer = manager.buffer
-        variant = Variant(name, summarize_pte(buffer), LoadedProgram(buffer))
+        buffer = to_xnnpack(program).buffer
+        variants[name] = Variant(name, summarize_pte(buffer), LoadedProgram(buffer))
+    return checked_on(Comparison(decisions, [], variants), ep, inputs)
+
+
+def checked_on(comparison: Comparison, ep: ExportedProgram, inputs: tuple[torch.Tensor, ...]) -> Comparison:
+    """The same lowered programs with their errors against eager `ep` on `inputs` (another length of
+    a dynamic program); no times yet."""
+    with torch.no_grad():
+        reference = _flat(ep.module()(*inputs))
+    variants = {}
+    for name, lowered in comparison.variants.items():
+        variant = Variant(name, lowered.summary, lowered.program)
         outputs = variant.program.run(inputs)
         variant.max_abs_error = max(float((o - r).abs().max()) for o, r in zip(outputs, reference, strict=True))
         variants[name] = variant
-    return Comparison(decisions, reference, variants)
+    return Comparison(comparison.decisions, reference, variants)
 
 
 def time_variants(comparison: Comparison, inputs: tuple[torch.Tensor, ...], runs: int, on_round=None) -> None:

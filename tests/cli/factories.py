@@ -34,3 +34,11 @@ def tiny_mimi():
     from tests.helpers import TINY_MIMI
 
     return transformers_audio.mimi_latents_decoder(2, **TINY_MIMI)
+
+
+def dynamic_decoder():
+    """small_decoder with a dynamic number of latent frames, 1 to 12."""
+    from torch.export import Dim
+
+    module, inputs = seanet_decoder(frames=6, latent=16, channels=32)
+    return module, inputs, ({2: Dim("frames", min=1, max=12)},)

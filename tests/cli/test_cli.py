@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTORY = "tests.cli.factories:small_decoder"
+DYNAMIC = "tests.cli.factories:dynamic_decoder"
 # The installed console script, beside the interpreter running the tests.
 PHASECONV = [str(Path(sys.executable).parent / "phaseconv")]
 
@@ -63,6 +64,25 @@ def test_demo_model_by_name():
     result = phaseconv("explain", "demo:mimi-decoder", "--json")
     assert result.returncode == 0
     assert [d["rule"] for d in json.loads(result.stdout)].count("conv_transpose") == 5  # + frame upsampler
+
+
+@pytest.mark.slow
+def test_bench_runs_one_dynamic_program_at_several_lengths(tmp_path):
+    result = phaseconv("bench", DYNAMIC, "--lengths", "1,5,12", "--runs", "2", "--json", tmp_path / "r.json")
+    assert result.returncode == 0, result.stderr
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert [r["length"] for r in results] == [1, 5, 12]
+    assert all(r["programs"][name]["max_abs_error"] < 1e-4 for r in results for name in ("stock", "phaseconv"))
+    assert all(r["programs"]["phaseconv"]["delegation"]["partitions"] == 1 for r in results)
+
+
+@pytest.mark.parametrize(
+    "model, lengths, words",
+    [(DYNAMIC, "13", "length 13 is outside the program's range 1..12"), (FACTORY, "3", "has static shapes")],
+)
+def test_bench_lengths_bad_input(model, lengths, words):
+    result = phaseconv("bench", model, "--lengths", lengths)
+    assert result.returncode == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow

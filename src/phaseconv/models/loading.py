@@ -1,4 +1,8 @@
-"""MODEL arguments of the command: a .pt2 file, `module.path:factory`, or `demo:NAME`."""
+"""MODEL arguments of the command: a .pt2 file, `module.path:factory`, or `demo:NAME`.
+
+A factory returns (module, example_inputs) or (module, example_inputs, dynamic_shapes); the latter,
+like a .pt2 saved with dynamic shapes, gives one program for a range of lengths.
+"""
 
 from __future__ import annotations
 
@@ -109,9 +113,12 @@ def _from_factory(spec: str, factory, prepare: bool = True) -> ModelSource:
         raise
     except Exception as error:
         raise PhaseconvError(f"the factory {spec} raised {type(error).__name__}: {error}") from None
-    if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], torch.nn.Module)):
-        raise PhaseconvError(f"the factory {spec} must return (nn.Module, example_inputs), got {type(built).__name__}")
-    module, inputs = built
+    if not (isinstance(built, tuple) and len(built) in (2, 3) and isinstance(built[0], torch.nn.Module)):
+        raise PhaseconvError(
+            f"the factory {spec} must return (nn.Module, example_inputs) or (nn.Module, example_inputs, "
+            f"dynamic_shapes), got {type(built).__name__}"
+        )
+    module, inputs, dynamic_shapes = built if len(built) == 3 else (*built, None)
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     if prepare:
         from phaseconv.prepare import prepare as prepare_module
@@ -121,7 +128,7 @@ def _from_factory(spec: str, factory, prepare: bool = True) -> ModelSource:
         # torch.export writes its diagnosis (graphs, guards) to stderr before raising; what it
         # raises is what the user is told.
         with torch.no_grad(), parked_stderr():
-            program = torch.export.export(module.eval(), inputs)
+            program = torch.export.export(module.eval(), inputs, dynamic_shapes=dynamic_shapes)
     except Exception as error:
         raise PhaseconvError(f"torch.export failed on {spec}: {known_cause(error, prepared=prepare)}") from None
     return ModelSource(spec, program, inputs, prepared=prepare)
@@ -140,3 +147,47 @@ def example_inputs(program: ExportedProgram) -> tuple[torch.Tensor, ...]:
             shape = [int(s) if isinstance(s, int) else 2 for s in value.shape]
             inputs.append(torch.randn(shape, generator=generator).to(value.dtype))
     return tuple(inputs)
+
+
+def dynamic_range(program: ExportedProgram) -> tuple[int, int] | None:
+    """(shortest, longest) of the program's one dynamic size, None if its inputs are static."""
+    symbols = {
+        symbol
+        for node in program.graph.nodes
+        if node.op == "placeholder" and isinstance(node.meta.get("val"), torch.Tensor)
+        for size in node.meta["val"].shape
+        if not isinstance(size, int)
+        for symbol in size.node.expr.free_symbols
+    }
+    if not symbols:
+        return None
+    if len(symbols) > 1:
+        raise PhaseconvError(f"the program has {len(symbols)} dynamic sizes; --lengths sets one")
+    bounds = program.range_constraints[symbols.pop()]
+    return int(bounds.lower), int(bounds.upper)
+
+
+def inputs_at_length(program: ExportedProgram, inputs: tuple[torch.Tensor, ...], length: int):
+    """Inputs like `inputs` with the program's dynamic size set to `length` (checked against its range)."""
+    span = dynamic_range(program)
+    if span is None:
+        raise PhaseconvError("--lengths needs a program exported with a dynamic size; this one has static shapes")
+    if not span[0] <= length <= span[1]:
+        raise PhaseconvError(f"length {length} is outside the program's range {span[0]}..{span[1]}")
+    generator = torch.Generator().manual_seed(length)
+    placeholders = [
+        n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.graph_signature.user_inputs
+    ]
+    result = []
+    for node, example in zip(placeholders, inputs):
+        shape = [
+            size
+            if isinstance(size, int)
+            else int(size.node.expr.subs({symbol: length for symbol in size.node.expr.free_symbols}))
+            for size in node.meta["val"].shape
+        ]
+        if example.is_floating_point():
+            result.append(torch.randn(shape, generator=generator).to(example.dtype))
+        else:
+            result.append(torch.randint(0, int(example.max()) + 1, shape, generator=generator).to(example.dtype))
+    return tuple(result)
