@@ -17,8 +17,8 @@ from phaseconv.report import decisions_table
 
 MODEL_HELP = (
     "a torch.export.save file (.pt2); or module.path:factory naming a Python function that returns "
-    "(nn.Module, example_inputs), which imports and runs that code; or demo:NAME for a built-in model "
-    "(demo:mimi-decoder); or pocket-tts:CONFIG, pocket-tts's Mimi decoder as a streaming step for a "
+    "(nn.Module, example_inputs[, dynamic_shapes]), which imports and runs that code; or demo:NAME for a "
+    "built-in model (demo:mimi-decoder); or pocket-tts:CONFIG, pocket-tts's Mimi decoder as a streaming step for a "
     "config shipped with pocket-tts (pocket-tts:english_2026-09)"
 )
 
