@@ -4,8 +4,9 @@
                                 [--plot results/models.png]
 
 Per model: export the model as built and lower it with stock ExecuTorch (XNNPACK); export
-phaseconv.prepare(model) and lower it stock and after phaseconv.rewrite; run each program through
-the runtime against eager PyTorch (the model as built), then time all of them and eager PyTorch
+phaseconv.prepare(model) and lower it stock and after phaseconv.rewrite; export the prepared program
+to ONNX as it is and with phaseconv.export_onnx, for ONNX Runtime (the peer, same thread count); run
+each program against eager PyTorch (the model as built), then time all of them and eager PyTorch
 interleaved. XNNPACK's thread pool is sized once per process, so each thread count runs in its own
 worker process (this script with --worker).
 """
@@ -36,6 +37,7 @@ from phaseconv.models import image, stylegan, transformers_audio, unet  # noqa: 
 BASELINES = ("stock, as built", "stock, weight_norm kept", "stock, prepared", "stock, constants folded")
 LABELS = dict(zip(BASELINES, ("", " (w)", " (p)", " (f)")))
 PCM_STEP = 1 / 32768  # one step of 16-bit audio at full scale
+ORT_STOCK, ORT_PHASECONV = "ONNX Runtime, stock export", "ONNX Runtime, phaseconv export"
 console = Console(width=200)
 
 
@@ -65,6 +67,14 @@ def _first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {text[0][:160] if text else ''}"
 
 
+def ort_models(ep) -> dict[str, bytes]:
+    """The prepared program exported to ONNX as it is and by phaseconv.export_onnx."""
+    import phaseconv
+    from phaseconv.runtimes.onnxruntime import to_onnx
+
+    return {ORT_STOCK: to_onnx(ep), ORT_PHASECONV: phaseconv.export_onnx(ep)[0]}
+
+
 def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
     """Every program of one model: delegation, error against eager, interleaved medians."""
     import torch
@@ -72,6 +82,7 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
     import phaseconv
     from phaseconv.rewrite import rewrite_with_report
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.onnxruntime import OrtSession
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
@@ -109,6 +120,9 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
         lower_and_run(name, program)
     if "stock, prepared" not in loaded:  # e.g. a partitioner failure: compare with folding alone
         lower_and_run("stock, constants folded", phaseconv.rewrite(ep, ["fold_constants"]))
+    for name, model in ort_models(ep).items():  # the peer: ONNX Runtime, same threads
+        loaded[name] = OrtSession(model, threads)
+        errors[name] = float((loaded[name].run(inputs)[0].float() - expected.float()).abs().max())
     torch.set_num_threads(threads)
     runners = {name: partial(program.run, inputs) for name, program in loaded.items()}
     runners["eager PyTorch"] = partial(torch.no_grad()(module), *inputs)
@@ -123,6 +137,9 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
         "speedup": ms[baseline] / ms["phaseconv"],
         "speedup_vs_prepared_stock": ms["stock, prepared"] / ms["phaseconv"] if "stock, prepared" in ms else None,
         "vs_eager": ms["eager PyTorch"] / ms["phaseconv"],
+        "vs_ort": ms[ORT_STOCK] / ms["phaseconv"],
+        "vs_ort_phaseconv_export": ms[ORT_PHASECONV] / ms["phaseconv"],
+        "ort_export_gain": ms[ORT_STOCK] / ms[ORT_PHASECONV],
         "max_abs_error": errors,
         "failures": failures,
         "delegation": summaries,
@@ -181,6 +198,7 @@ def table(rows: list[dict]) -> Table:
     result = Table(title="stock ExecuTorch 1.5.1 (XNNPACK) vs phaseconv, interleaved medians")
     columns = ["model", "threads", "stock ms", "phaseconv ms", "speedup", "eager ms", "vs eager", "partitions"]
     columns += ["outside (stock -> phaseconv)", "max |err|", "PCM steps (full scale)", "RTF"]
+    columns += ["ORT ms (stock / phaseconv export)", "vs ORT"]
     for column in columns:
         result.add_column(column, justify="left" if column in ("model", columns[8]) else "right")
     for row in rows:
@@ -200,6 +218,8 @@ def table(rows: list[dict]) -> Table:
             f"{row['max_abs_error']['phaseconv']:.1e}",
             f"{row['pcm_steps']:.2f}" if "pcm_steps" in row else "-",
             f"{row['real_time_factor']:.3f}" if "real_time_factor" in row else "-",
+            f"{ms[ORT_STOCK]:.1f} / {ms[ORT_PHASECONV]:.1f}",
+            f"{row['vs_ort']:.2f}x",
         )
     return result
 

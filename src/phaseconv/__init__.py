@@ -4,6 +4,7 @@ ep = torch.export.export(model, example_inputs)
 fast = phaseconv.rewrite(ep)          # a new ExportedProgram, numerically the same
 for d in phaseconv.explain(ep): ...   # what was rewritten, and why anything was left alone
 qep = phaseconv.quantize(ep, calibration_inputs)   # int8 (PT2E, XNNPACK quantizer); lower() rewrites it
+model, decisions = phaseconv.export_onnx(ep, "model.onnx")   # for ONNX Runtime (pip install 'phaseconv[onnx]')
 """
 
 import logging as _logging
@@ -17,6 +18,7 @@ for _logger in _noisy:
 try:
     from phaseconv.errors import PhaseconvError
     from phaseconv.lowering import LoweredProgram, inspect, lower
+    from phaseconv.onnx_export import export_onnx
     from phaseconv.prepare import prepare
     from phaseconv.quantize import quantize
     from phaseconv.report import Decision
@@ -30,6 +32,7 @@ __all__ = [
     "LoweredProgram",
     "PhaseconvError",
     "explain",
+    "export_onnx",
     "inspect",
     "lower",
     "prepare",

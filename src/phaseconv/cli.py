@@ -1,4 +1,4 @@
-"""The `phaseconv` command: explain, lower, inspect, bench, demo."""
+"""The `phaseconv` command: explain, lower, onnx, inspect, bench, stream, models, demo."""
 
 from __future__ import annotations
 
@@ -213,6 +213,48 @@ def lower(
     if snr is not None:
         console.print(f"{quantize} output against fp32 eager on the example inputs: SNR {snr:.1f} dB", highlight=False)
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
+
+
+@app.command()
+def onnx(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    output: Path = typer.Option(..., "-o", "--output", help="the .onnx file to write"),
+    rules: str | None = typer.Option(
+        None, "--rules", help="comma-separated rule names instead of those that pay on ONNX Runtime; none: stock"
+    ),
+    no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+) -> None:
+    """Rewrite MODEL with the rules that make ONNX Runtime faster, export it to ONNX, check it in ONNX Runtime."""
+    import torch
+
+    from phaseconv.lowering import require_folder
+    from phaseconv.onnx_export import ONNX_RULES, export_onnx
+    from phaseconv.rules import resolve_rules
+    from phaseconv.runtimes.onnxruntime import OrtSession, require_onnx
+
+    require_onnx()  # all before loading the model, which can take long
+    require_folder(output)
+    chosen = ONNX_RULES if rules is None else [r for r in rules.split(",") if r.strip() and r != "none"]
+    try:
+        resolve_rules(chosen)
+    except ValueError as error:
+        raise PhaseconvError(str(error)) from None
+    source = _load(model, not no_prepare)
+    with _known_failures(model, source.prepared):
+        model_bytes, decisions = export_onnx(source.program, output, chosen)
+    with torch.no_grad():
+        reference = source.program.module()(*source.inputs)
+    reference = reference[0] if isinstance(reference, (tuple, list)) else reference
+    error = float((OrtSession(model_bytes).run(source.inputs)[0] - reference).abs().max())
+    _say_prepared(model, source)
+    if as_json:
+        _print_json({"file": str(output), "decisions": [d.to_dict() for d in decisions], "max_abs_error": error})
+        return
+    if decisions:
+        show_decisions(decisions)
+    console.print(f"ONNX Runtime against eager PyTorch on the example inputs: max |diff| {error:.2e}", highlight=False)
+    console.print(f"wrote {output} ({output.stat().st_size:,} bytes)")
 
 
 QUANTIZE_MODES = {"int8": "static", "int8-dynamic": "dynamic"}

@@ -163,3 +163,28 @@ def test_inspect_bad_input(case, tmp_path, bad_files):
 def test_debug_shows_the_traceback(tmp_path):
     result = phaseconv("--debug", "explain", tmp_path / "absent.pt2")
     assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_onnx_writes_a_model_that_onnx_runtime_runs_like_eager(tmp_path):
+    pytest.importorskip("onnxruntime")
+    result = phaseconv("onnx", FACTORY, "-o", tmp_path / "decoder.onnx", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["max_abs_error"] < 1e-4
+    assert [d["rule"] for d in report["decisions"] if d["applied"]].count("conv_transpose") >= 3
+    assert (tmp_path / "decoder.onnx").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--rules", "conv_transpose,warp"], "unknown rule 'warp'"),
+        (["-o", "nowhere/decoder.onnx"], "does not exist"),
+    ],
+)
+def test_onnx_bad_input_gets_one_line_and_no_file(args, words, tmp_path):
+    output = ["-o", tmp_path / "decoder.onnx"] if "-o" not in args else []
+    result = phaseconv("onnx", FACTORY, *output, *args, cwd=tmp_path)
+    assert result.returncode == 2 and words in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("**/*.onnx"))

@@ -1,0 +1,53 @@
+"""phaseconv.export_onnx: the rewritten program through ONNX Runtime, against eager."""
+
+import pytest
+import torch
+from torch import nn
+
+import phaseconv
+from phaseconv.models.audio import seanet_decoder
+from phaseconv.models.unet import unet
+from tests.helpers import assert_close, export
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from phaseconv.runtimes.onnxruntime import OrtSession  # noqa: E402
+
+
+def op_types(model: bytes) -> set[str]:
+    return {node.op_type for node in onnx.load_from_string(model).graph.node}
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(lambda: seanet_decoder(frames=3, latent=16, channels=32), id="seanet-1d"),
+        pytest.param(lambda: unet(size=16, widths=(4, 8, 16)), id="unet-2d"),
+        pytest.param(
+            lambda: (nn.ConvTranspose1d(8, 4, 7, 3, 2, output_padding=1), (torch.randn(2, 8, 9),)), id="1d-odd"
+        ),
+    ],
+)
+def test_export_onnx_runs_in_onnx_runtime_like_eager(build, tmp_path):
+    module, inputs = build()
+    module = phaseconv.prepare(module).eval()
+    ep = export(module, *inputs)
+    model, decisions = phaseconv.export_onnx(ep, tmp_path / "m.onnx")
+    assert (tmp_path / "m.onnx").read_bytes() == model
+    assert "ConvTranspose" not in op_types(model), [d for d in decisions if d.rule == "conv_transpose"]
+    with torch.no_grad():
+        expected = module(*inputs)
+    (out,) = OrtSession(model).run(inputs)
+    assert_close(out, expected, scale=float(expected.abs().max()))
+
+
+def test_export_onnx_without_rules_is_the_stock_export():
+    module = nn.ConvTranspose1d(4, 4, 4, 2, 1)
+    model, decisions = phaseconv.export_onnx(export(module, torch.randn(1, 4, 5)), rules=[])
+    assert decisions == [] and "ConvTranspose" in op_types(model)
+
+
+def test_export_onnx_refuses_what_is_not_a_program():
+    with pytest.raises(TypeError, match="export the model first"):
+        phaseconv.export_onnx(nn.Conv1d(2, 2, 1))
