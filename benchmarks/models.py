@@ -81,6 +81,7 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
 
     import phaseconv
     from phaseconv.rewrite import rewrite_with_report
+    from phaseconv.rules import LOWERING_RULES
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
     from phaseconv.runtimes.onnxruntime import OrtSession
     from phaseconv.runtimes.pte import summarize_pte
@@ -100,13 +101,13 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
             programs["stock, weight_norm kept"] = torch.export.export(static, inputs)
     ep = torch.export.export(prepared, inputs)
     programs["stock, prepared"] = ep
-    fast, decisions = rewrite_with_report(ep)
+    fast, decisions = rewrite_with_report(ep, LOWERING_RULES)  # as phaseconv.lower does
     programs["phaseconv"] = fast
     loaded, summaries, errors = {}, {}, {}
 
     def lower_and_run(name, program) -> bool:
         try:
-            buffer = to_xnnpack(program).buffer
+            buffer = to_xnnpack(program, xnnpack_elu=name == "phaseconv").buffer
         except Exception as error:
             failures[name] = f"lowering: {_first_line(error)}"
             return False

@@ -18,10 +18,11 @@ def program():
 def test_lower_rewrites_and_summarizes(program, tmp_path):
     ep, x = program
     lowered = phaseconv.lower(ep)
-    assert [(d.rule, d.applied) for d in lowered.decisions] == [("conv_transpose", True), ("elu", True)] + [
+    assert [(d.rule, d.applied) for d in lowered.decisions] == [("conv_transpose", True), ("elu", False)] + [
         ("conv_transpose", True)
     ]
     assert lowered.summary.partitions == 1 and not lowered.summary.outside
+    assert lowered.summary.inside["XNNELU"] == 1  # XNNPACK's own ELU, enabled by phaseconv.lower
     assert lowered.summary.inside["XNNConvTranspose2d"] == 0 and lowered.summary.inside["XNNConv2d"] == 2
     (path,) = lowered.save(tmp_path / "model.pte")
     assert phaseconv.inspect(path).to_dict() == lowered.summary.to_dict()

@@ -9,6 +9,7 @@ from torch.export import ExportedProgram
 
 from phaseconv.report import Decision
 from phaseconv.rewrite import rewrite_with_report
+from phaseconv.rules import LOWERING_RULES
 from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
 from phaseconv.runtimes.pte import DelegationSummary, summarize_pte
 from phaseconv.runtimes.timing import interleaved_times, median_ms
@@ -62,10 +63,10 @@ def _flat(outputs) -> list[torch.Tensor]:
 
 def lower_stock_and_rewritten(ep: ExportedProgram, inputs: tuple[torch.Tensor, ...]) -> Comparison:
     """Lower `ep` as it is and after phaseconv.rewrite; run each once through the runtime."""
-    rewritten, decisions = rewrite_with_report(ep)
+    rewritten, decisions = rewrite_with_report(ep, LOWERING_RULES)
     variants = {}
     for name, program in (("stock", ep), ("phaseconv", rewritten)):
-        buffer = to_xnnpack(program).buffer
+        buffer = to_xnnpack(program, xnnpack_elu=name == "phaseconv").buffer
         variants[name] = Variant(name, summarize_pte(buffer), LoadedProgram(buffer))
     return checked_on(Comparison(decisions, [], variants), ep, inputs)
 

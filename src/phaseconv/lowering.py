@@ -80,13 +80,14 @@ def lower(
     """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`."""
     require_program(ep)
     require_backend(backend)
+    from phaseconv.rules import LOWERING_RULES
     from phaseconv.runtimes.executorch import external_data, to_xnnpack
     from phaseconv.runtimes.pte import summarize_pte
 
     decisions: list[Decision] = []
-    if rewrite:
-        ep, decisions = rewrite_with_report(ep)
-    manager = to_xnnpack(ep, external_constants=external_constants)
+    if rewrite:  # with XNNPACK's own ELU enabled (rules/elu.py); rewrite=False is the stock lowering
+        ep, decisions = rewrite_with_report(ep, LOWERING_RULES)
+    manager = to_xnnpack(ep, external_constants=external_constants, xnnpack_elu=rewrite)
     data_files = external_data(manager)
     data = b"".join(data_files.values()) if data_files else None
     if len(data_files) > 1:

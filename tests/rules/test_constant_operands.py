@@ -52,3 +52,17 @@ def test_operands_computed_from_inputs_are_left_alone():
     x, bias = torch.randn(1, 2, 4, 4), torch.randn(4, 4)
     (decision,) = phaseconv.explain(export(InputBias(), x, bias))
     assert not decision.applied and "program input" in decision.reason
+
+
+def test_an_operand_computed_from_no_placeholder_becomes_a_constant_too():
+    """`arange` reshaped: constant, but with no parameter to inherit from (used to fail when the
+    rule ran without fold_constants)."""
+
+    class Ramp(nn.Module):
+        def forward(self, x):
+            return x * torch.arange(4.0).reshape(4, 1)
+
+    x = torch.randn(1, 4, 3)
+    ep = export(Ramp(), x)
+    rewritten = phaseconv.rewrite(ep, ["constant_operands"])
+    assert torch.equal(run(rewritten, x), run(ep, x))

@@ -45,3 +45,18 @@ def test_selu_like_scales_are_declined():
     x = torch.randn(1, 4, 10)
     (decision,) = phaseconv.explain(export(ScaledElu(), x))
     assert not decision.applied and "scale" in decision.reason
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_lower_gives_fp32_elu_to_xnnpack_itself_and_rewrites_fp16(dtype):
+    from phaseconv.runtimes.executorch import LoadedProgram
+
+    x = torch.linspace(-20, 20, 4001, dtype=dtype).reshape(1, 1, -1)
+    ep = export(nn.ELU(0.5), x)
+    lowered = phaseconv.lower(ep)
+    (decision,) = lowered.decisions
+    assert decision.applied == (dtype == torch.float16)
+    assert lowered.summary.partitions == 1 and not lowered.summary.outside, lowered.summary
+    assert (lowered.summary.inside["XNNELU"] == 1) == (dtype == torch.float32)
+    (out,) = LoadedProgram(lowered.buffer).run((x,))
+    assert_close(out, run(ep, x))

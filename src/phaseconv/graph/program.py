@@ -184,13 +184,14 @@ class ProgramEditor:
             return self.program.state_dict[spec.target]
         return self.program.constants[spec.target]
 
-    def constant_source(self, node: Node) -> Node:
-        """The placeholder whose kind and metadata a constant derived from `node` inherits."""
+    def constant_source(self, node: Node) -> Node | None:
+        """The placeholder whose kind and metadata a constant derived from `node` inherits (None for
+        a value computed from no placeholder: `arange`, `full`)."""
         if node.op == "placeholder":
             return node
         leaves = [n for n in _ancestors(node) if n.op == "placeholder"]
         parameters = [n for n in leaves if self.kind(n) == InputKind.PARAMETER]
-        return (parameters or leaves)[0]
+        return (parameters or leaves or [None])[0]
 
     def derived_constant(self, node: Node, key: str, compute: Callable[[torch.Tensor], torch.Tensor]) -> Node:
         """A new placeholder holding compute(value of node), of the same kind as node's source.
@@ -202,6 +203,9 @@ class ProgramEditor:
             return self._derived[cache_key]
         source = self.constant_source(node)
         data = compute(self.constant_value(node)).detach().clone().contiguous()
+        if source is None:
+            self._derived[cache_key] = self.new_constant(data, f"{node.name}_{key}")
+            return self._derived[cache_key]
         kind = self.kind(source)
         target = self._specs[source.name].target
         persistent = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+from executorch.backends.xnnpack.partition.config.generic_node_configs import EluConfig
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import (
     EdgeCompileConfig,
@@ -40,16 +42,23 @@ def set_threads(count: int) -> None:
 EXTERNAL_TAG = "_default_external_constant"
 
 
-def to_xnnpack(ep: ExportedProgram, external_constants: bool = False) -> ExecutorchProgramManager:
+def to_xnnpack(
+    ep: ExportedProgram, external_constants: bool = False, xnnpack_elu: bool = False
+) -> ExecutorchProgramManager:
     """Stock lowering: every op XNNPACK takes goes to its delegate, the rest runs portable.
 
     With external_constants, every constant (delegated or not) is tagged for the .ptd data file.
+    With xnnpack_elu, ELU goes to XNNPACK's own ELU: ExecuTorch ships its config (EluConfig) and
+    serializer but leaves it out of the partitioner's default list.
     """
     if external_constants:
         ep = _tag_constants_external(ep)
+    configs = [*ALL_PARTITIONER_CONFIGS, EluConfig] if xnnpack_elu else None
     with declared_ranges_kept(ep):
         edge = to_edge_transform_and_lower(
-            ep, partitioner=[XnnpackPartitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
+            ep,
+            partitioner=[XnnpackPartitioner(configs=configs)],
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
         )
     return edge.to_executorch(
         ExecutorchBackendConfig(
