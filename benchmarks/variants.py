@@ -4,7 +4,11 @@
 
 - depthwise: one depthwise conv per phase + cat (default) vs one conv with channel multiplier s^D;
 - activation: a ReLU after the deconvolution left after the interleave (default) or moved in front;
-- constant_operands: the MI-GAN-like generator with and without that rule.
+- constant_operands: the MI-GAN-like generator with and without that rule;
+- ELU: XNNPACK's own ELU (what phaseconv.lower enables) vs the elu rule's decomposition, on a
+  SEANet-like conv + ELU stack and on the Mimi-like demo decoder.
+
+A variant is a rule list (lowered with the stock partitioner) or (rules, to_xnnpack keywords).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ def main(
 
     import phaseconv
     from phaseconv.models import DEMO_MODELS
-    from phaseconv.rules import DEFAULT_RULES
+    from phaseconv.rules import DEFAULT_RULES, LOWERING_RULES
     from phaseconv.rules.conv_transpose import ConvTransposeRule
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
     from phaseconv.runtimes.timing import interleaved_times, median_ms
@@ -77,12 +81,47 @@ def main(
             {"all rules": None, "without constant_operands": others("constant_operands")},
         ),
     ]
+
+    class EluStack(nn.Module):
+        """SEANet's residual unit shape: ELU, Conv1d(k7), ELU, Conv1d(k1), skip; twice."""
+
+        def __init__(self, channels=128):
+            super().__init__()
+            self.convs = nn.ModuleList(nn.Conv1d(channels, channels, k, padding=k // 2) for k in (7, 1, 7, 1))
+
+        def forward(self, x):
+            for first, second in zip(self.convs[::2], self.convs[1::2]):
+                x = x + second(nn.functional.elu(first(nn.functional.elu(x))))
+            return x
+
+    mimi, mimi_inputs = DEMO_MODELS["mimi-decoder"]()
+    native_elu = (LOWERING_RULES, {"xnnpack_elu": True})
+    cases += [
+        (
+            "ELU + Conv1d(128, 128, 7/1) x2, T=8000",
+            EluStack(),
+            (torch.randn(1, 128, 8000),),
+            {"XNNPACK's ELU (phaseconv.lower)": native_elu, "ELU decomposed (elu rule)": DEFAULT_RULES},
+        ),
+        (
+            "Mimi-like decoder (demo), 12 frames",
+            mimi,
+            mimi_inputs,
+            {"XNNPACK's ELU (phaseconv.lower)": native_elu, "ELU decomposed (elu rule)": DEFAULT_RULES},
+        ),
+    ]
     rows = []
     for name, module, inputs, variants in cases:
         with torch.no_grad():
             ep = torch.export.export(module.eval(), inputs)
-        programs = {"stock": ep} | {label: phaseconv.rewrite(ep, rules) for label, rules in variants.items()}
-        loaded = {label: LoadedProgram(to_xnnpack(program).buffer) for label, program in programs.items()}
+        variants = {label: v if isinstance(v, tuple) else (v, {}) for label, v in variants.items()}
+        programs = {"stock": (ep, {})} | {
+            label: (phaseconv.rewrite(ep, rules), options) for label, (rules, options) in variants.items()
+        }
+        loaded = {
+            label: LoadedProgram(to_xnnpack(program, **options).buffer)
+            for label, (program, options) in programs.items()
+        }
         times = interleaved_times({k: (lambda p=p, x=inputs: p.run(x)) for k, p in loaded.items()}, runs)
         rows.append({"case": name, "ms": {label: median_ms(samples) for label, samples in times.items()}})
 

@@ -235,7 +235,7 @@ def onnx(
 
     require_onnx()  # all before loading the model, which can take long
     require_folder(output)
-    chosen = ONNX_RULES if rules is None else [r for r in rules.split(",") if r.strip() and r != "none"]
+    chosen = ONNX_RULES if rules is None else [r.strip() for r in rules.split(",") if r.strip() not in ("", "none")]
     try:
         resolve_rules(chosen)
     except ValueError as error:

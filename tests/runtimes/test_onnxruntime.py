@@ -20,22 +20,26 @@ def op_types(model: bytes) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "build",
+    "build, rewritten",
     [
-        pytest.param(lambda: seanet_decoder(frames=3, latent=16, channels=32), id="seanet-1d"),
-        pytest.param(lambda: unet(size=16, widths=(4, 8, 16)), id="unet-2d"),
+        pytest.param(lambda: seanet_decoder(frames=3, latent=16, channels=32), True, id="seanet-1d"),
         pytest.param(
-            lambda: (nn.ConvTranspose1d(8, 4, 7, 3, 2, output_padding=1), (torch.randn(2, 8, 9),)), id="1d-odd"
+            lambda: (nn.ConvTranspose1d(8, 4, 7, 3, 2, output_padding=1), (torch.randn(2, 8, 9),)), True, id="1d-odd"
         ),
+        pytest.param(lambda: unet(size=16, widths=(4, 8, 16)), False, id="unet-2d"),
     ],
 )
-def test_export_onnx_runs_in_onnx_runtime_like_eager(build, tmp_path):
+def test_export_onnx_runs_in_onnx_runtime_like_eager(build, rewritten, tmp_path):
+    """1-D transposed convolutions are rewritten; 2-D ones are left to ONNX Runtime (slower rewritten)."""
     module, inputs = build()
     module = phaseconv.prepare(module).eval()
     ep = export(module, *inputs)
     model, decisions = phaseconv.export_onnx(ep, tmp_path / "m.onnx")
     assert (tmp_path / "m.onnx").read_bytes() == model
-    assert "ConvTranspose" not in op_types(model), [d for d in decisions if d.rule == "conv_transpose"]
+    assert ("ConvTranspose" not in op_types(model)) == rewritten
+    if not rewritten:
+        reasons = {d.reason for d in decisions if d.rule == "conv_transpose"}
+        assert reasons == {"2-D layers are not rewritten for this target (it runs them faster as they are)"}
     with torch.no_grad():
         expected = module(*inputs)
     (out,) = OrtSession(model).run(inputs)

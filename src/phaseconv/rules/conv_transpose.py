@@ -163,12 +163,15 @@ class ConvTransposeRule:
         max_depthwise_mac_overhead: float | None = None,
         commute_activations: bool = False,
         split_depthwise: bool = True,
+        spatial_dims: tuple[int, ...] = (1, 2, 3),
     ):
         """`split_depthwise`: compute a depthwise layer as one depthwise conv per phase and a cat,
         rather than one conv with channel multiplier s^D, which leaves XNNPACK's depthwise kernels
         (benchmarks/variants.py measures both). `commute_activations`: move a clamp-type activation
         in front of the interleave, where XNNPACK fuses it into the conv; off by default, since
-        benchmarks/variants.py measures no gain from it (within +-4% run to run)."""
+        benchmarks/variants.py measures no gain from it (within +-4% run to run). `spatial_dims`:
+        the layer ranks to rewrite (ONNX Runtime gains from 1-D layers only)."""
+        self.spatial_dims = spatial_dims
         self.max_mac_overhead = max_mac_overhead
         self.commute_activations = commute_activations
         self.split_depthwise = split_depthwise
@@ -183,6 +186,8 @@ class ConvTransposeRule:
 
     def check(self, node: Node, editor: ProgramEditor) -> PolyphasePlan | Skip:
         conv = parse_conv_transpose(node)
+        if conv.spatial not in self.spatial_dims:
+            return Skip(f"{conv.spatial}-D layers are not rewritten for this target (it runs them faster as they are)")
         if all(s == 1 for s in conv.stride):
             return Skip("stride 1 in every dimension: already a plain convolution, nothing to gain")
         if is_dynamically_quantized(editor.graph):
