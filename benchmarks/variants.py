@@ -114,7 +114,9 @@ def main(
     for name, module, inputs, variants in cases:
         with torch.no_grad():
             ep = torch.export.export(module.eval(), inputs)
-        variants = {label: v if isinstance(v, tuple) else (v, {}) for label, v in variants.items()}
+        variants = {
+            label: v if isinstance(v, tuple) and isinstance(v[-1], dict) else (v, {}) for label, v in variants.items()
+        }
         programs = {"stock": (ep, {})} | {
             label: (phaseconv.rewrite(ep, rules), options) for label, (rules, options) in variants.items()
         }
