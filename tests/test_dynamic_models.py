@@ -5,7 +5,7 @@ import torch
 from torch.export import Dim
 
 import phaseconv
-from phaseconv.models import transformers_audio
+from phaseconv.models import transformers_audio, unet
 from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import TINY_MIMI, assert_close, transposed_convs
@@ -66,3 +66,26 @@ def test_mimi_with_dynamic_frames_is_one_partition_and_exact_over_its_range():
     assert summary.partitions == 1, summary
     assert set(summary.outside) <= {"aten::slice_copy.Tensor_out", "aten::sym_size.int", "executorch_prim::mul.Scalar"}
     assert_exact_at(module, program, latents, 2, (2, 7, 24))
+
+
+def test_unet_with_a_dynamic_height_is_one_partition_and_exact_and_declines_two_dynamic_sizes():
+    """One dynamic image size: the 2-D interleave infers it. Both: XNNPACK's reshape infers only one
+    size, so the layer is left with that reason."""
+    module, (image,) = unet.unet(size=16, widths=(4, 8, 16))
+    height, width = Dim("h", min=1, max=4), Dim("w", min=1, max=4)
+    both = torch.export.export(module, (image,), dynamic_shapes=({2: 8 * height, 3: 8 * width},))
+    reasons = {d.reason for d in phaseconv.explain(both) if d.rule == "conv_transpose"}
+    assert all("XNNPACK's reshape (the interleave) infers only one" in reason for reason in reasons), reasons
+    ep = torch.export.export(module, (image,), dynamic_shapes=({2: 8 * height},))
+    rewritten = phaseconv.rewrite(ep)
+    assert not transposed_convs(rewritten)
+    buffer = to_xnnpack(rewritten).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    program = LoadedProgram(buffer)
+    for rows in (8, 24, 32):
+        x = torch.randn(1, 3, rows, 16)
+        with torch.no_grad():
+            expected = module(x)
+        (out,) = program.run((x,))
+        assert_close(out, expected, scale=float(expected.abs().max()))
