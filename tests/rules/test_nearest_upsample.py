@@ -8,7 +8,7 @@ from torch import nn
 import phaseconv
 from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import export, lower_and_run, run
+from tests.helpers import assert_close, export, lower_and_run, run
 
 
 class Upsample(nn.Module):
@@ -114,3 +114,35 @@ def test_quantized_conv_upsample_conv_is_one_int8_partition():
     assert summary.partitions == 1 and not summary.outside, summary
     assert summary.inside["XNNConvert"] == 2, "only the program input and output change representation"
     torch.testing.assert_close(out, run(ep, x), rtol=0, atol=0.05)
+
+
+class DynamicUpsample(nn.Module):
+    """conv, nearest x2, conv: one dynamic size (the length, or an image's height)."""
+
+    def __init__(self, spatial: int):
+        super().__init__()
+        conv = nn.Conv1d if spatial == 1 else nn.Conv2d
+        self.a, self.b = conv(4, 4, 3, padding=1), conv(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(nn.functional.interpolate(self.a(x), scale_factor=2, mode="nearest"))
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 10), (1, 4, 6, 8)], ids=["1d-length", "2d-height"])
+def test_nearest_upsample_of_a_dynamic_size_is_one_partition_and_exact_over_the_range(shape):
+    from torch.export import Dim
+
+    from phaseconv.runtimes.executorch import LoadedProgram
+
+    module = DynamicUpsample(len(shape) - 2)
+    ep = export(module, torch.randn(shape), dynamic_shapes=({2: Dim("t", min=1, max=24)},))
+    (decision,) = [d for d in phaseconv.explain(ep) if d.rule == "nearest_upsample"]
+    assert decision.applied, decision
+    buffer = to_xnnpack(phaseconv.rewrite(ep)).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    program = LoadedProgram(buffer)
+    for length in (1, 7, 24):
+        x = torch.randn(*shape[:2], length, *shape[3:])
+        (out,) = program.run((x,))
+        assert_close(out, run(ep, x))

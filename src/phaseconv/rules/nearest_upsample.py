@@ -13,10 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import sympy
 import torch
 from torch.fx import Node
 
 from phaseconv.graph.interleave import interleave
+from phaseconv.graph.prefix import MAX_LENGTHS
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.graph.quantized import (
     DEQUANTIZE,
@@ -77,6 +79,36 @@ def picks_integer_nearest(pick, lengths: list[int], factors: list[int]) -> bool:
     return picked.shape == expected.shape and torch.equal(picked, expected)
 
 
+def _ratio(output, length) -> int | None:
+    """output / length when it is a whole number for every value of a dynamic size, else None."""
+    if isinstance(output, int) and isinstance(length, int):
+        return output // length if output % length == 0 else None
+    ratio = sympy.simplify(
+        sympy.sympify(output.node.expr if not isinstance(output, int) else output)
+        / sympy.sympify(length.node.expr if not isinstance(length, int) else length)
+    )
+    return int(ratio) if ratio.is_Integer and ratio > 0 else None
+
+
+def _probe_lengths(editor: ProgramEditor, x) -> list[list[int]]:
+    """The spatial sizes to check the op's picking at: the static ones, or every length of the range
+    of the one dynamic size (at most one: the interleave infers one size)."""
+    sizes = list(x.shape)
+    dynamic = [i for i, n in enumerate(sizes) if not isinstance(n, int)]
+    if not dynamic:
+        return [sizes[2:]]
+    if len(dynamic) > 1:
+        raise NotConstant("more than one dynamic size, and XNNPACK's reshape (the interleave) infers only one")
+    symbol = editor.dynamic_symbol()
+    lowest, highest = editor.declared_bounds(symbol)
+    if highest - lowest >= MAX_LENGTHS:
+        raise NotConstant(f"the range {lowest}..{highest} is too wide to check at every length")
+    return [
+        [n if isinstance(n, int) else int(n.node.expr.xreplace({symbol: length})) for n in sizes[2:]]
+        for length in range(lowest, highest + 1)
+    ]
+
+
 class NearestUpsampleRule:
     """aten.upsample_nearest{1,2,3}d with integer factors -> copies, cat, interleave."""
 
@@ -107,20 +139,27 @@ class NearestUpsampleRule:
         if x.dim() != spatial + 2:
             return Skip(f"input of rank {x.dim()}: expected [N, C, spatial...]")
         lengths, outputs = list(x.shape[2:]), list(y.shape[2:])
-        if not all(isinstance(n, int) for n in lengths + outputs):
-            return Skip(f"dynamic spatial shape {lengths}: the interleave needs static lengths")
         if not x.dtype.is_floating_point:
             return Skip(f"{x.dtype} input: only floating point is rewritten")
-        if any(o % n for n, o in zip(lengths, outputs)):
+        factors = [_ratio(o, n) for n, o in zip(lengths, outputs)]
+        if None in factors:
             return Skip(f"output {outputs} is not an integer multiple of the input {lengths}")
-        factors = [o // n for n, o in zip(lengths, outputs)]
         if all(r == 1 for r in factors):
             return Skip("scale 1: the upsample copies its input; nothing to gain")
-        if not picks_integer_nearest(pick, lengths, factors):
-            return Skip(
-                f"{lengths} -> {outputs}, but PyTorch's index arithmetic does not pick every input "
-                f"{factors} times in a row: not an integer upsample"
-            )
+        try:
+            probes = _probe_lengths(editor, x)
+        except NotConstant as why:
+            return Skip(f"dynamic shape {list(x.shape)}: {why}")
+        computed: list[Node] = []
+        torch.fx.node.map_arg((node.args[1:], node.kwargs), computed.append)
+        if computed and node.target in UPSAMPLE_NEAREST:
+            return Skip("an output size computed in the graph")
+        for probe in probes:
+            if not picks_integer_nearest(pick, probe, factors):
+                return Skip(
+                    f"{probe} -> {[n * r for n, r in zip(probe, factors)]} expected, but PyTorch's index "
+                    f"arithmetic does not pick every input {factors} times in a row: not an integer upsample"
+                )
         return ReplicatePlan(node, factors, shared_quantization(node))
 
     def describe(self, plan: ReplicatePlan) -> str:

@@ -53,7 +53,7 @@ class ReflectPadRule:
         for index in range(0, len(padding), 2):
             dim, before, after = rank - 1 - index // 2, padding[index], padding[index + 1]
             if not isinstance(shape[dim], int):
-                return Skip("dynamic shape")
+                return Skip("dynamic shape: its edge slices would be of a dynamic-shaped tensor; XNNPACK slices none")
             if min(before, after) < 0:
                 return Skip(f"negative padding ({before}, {after}) crops")
             if before or after:
