@@ -56,6 +56,7 @@ def test_piped_output_is_one_line_per_program_and_decision(seanet_lowering):
     assert len(inspected) == 1 and inspected[0].startswith("d.pte: 1 partition(s)")
 
 
+@pytest.mark.slow
 def test_models_lists_the_built_in_names():
     result = phaseconv("models")
     assert result.returncode == 0, result.stderr

@@ -70,6 +70,7 @@ def test_a_program_that_is_not_a_step_is_refused(seanet_lowering):
     assert result.returncode == 2 and "is not a step program" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_missing_external_data_is_refused_before_loading(tmp_path):
     pte = tmp_path / "d.pte"
     result = phaseconv("lower", "demo:seanet-decoder", "-o", pte, "--no-rewrite", "--external-constants")

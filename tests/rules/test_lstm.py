@@ -25,7 +25,10 @@ class SkipLstm(nn.Module):
         return (y + x).permute(1, 2, 0)
 
 
-@pytest.mark.parametrize("layers, bias, with_state", [(2, True, False), (1, False, False), (2, True, True)])
+@pytest.mark.parametrize(
+    "layers, bias, with_state",
+    [pytest.param(2, True, False, marks=pytest.mark.slow), (1, False, False), (2, True, True)],
+)
 def test_lstm_unrolled_matches_and_is_delegated(layers, bias, with_state):
     x = torch.randn(1, 8, 6)
     ep = export(SkipLstm(layers=layers, bias=bias, with_state=with_state), x)
