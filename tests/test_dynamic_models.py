@@ -68,6 +68,26 @@ def test_mimi_with_dynamic_frames_is_one_partition_and_exact_over_its_range():
     assert_exact_at(module, program, latents, 2, (2, 7, 24))
 
 
+@pytest.mark.slow
+def test_dac_with_dynamic_frames_is_one_partition_and_exact_over_its_range():
+    """Snake's reshapes to sizes read from the input become static views with -1 (views rule)."""
+    module, (latents,) = transformers_audio.dac_decoder(
+        0.004,
+        encoder_hidden_size=4,
+        decoder_hidden_size=32,
+        hidden_size=16,
+        downsampling_ratios=[2, 4],
+        upsampling_ratios=[4, 2],
+        hop_length=8,
+        n_codebooks=2,
+        codebook_dim=4,
+    )
+    module, rewritten, summary, program = lowered_over_range(module, latents, 2, 2, 30)
+    assert not transposed_convs(rewritten)
+    assert summary.partitions == 1 and not summary.outside, summary
+    assert_exact_at(module, program, latents, 2, (2, 11, 30))
+
+
 def test_unet_with_a_dynamic_height_is_one_partition_and_exact_and_declines_two_dynamic_sizes():
     """One dynamic image size: the 2-D interleave infers it. Both: XNNPACK's reshape infers only one
     size, so the layer is left with that reason."""
