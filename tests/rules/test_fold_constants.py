@@ -125,3 +125,14 @@ def test_a_value_that_is_not_a_leading_block_of_the_longest_is_left():
     ep = export(Positions(normalized=True), torch.randn(1, 4, 8), dynamic_shapes=({2: Dim("t", min=2, max=50)},))
     reasons = [d.reason for d in phaseconv.explain(ep) if d.rule == "fold_constants" and not d.applied]
     assert any("is not the leading block of its value at 50" in reason for reason in reasons), reasons
+
+
+def test_a_value_of_a_length_no_input_has_itself_is_left():
+    """An input of length 2t: the slices could not read t at run time, so nothing is folded."""
+    from torch.export import Dim
+
+    ep = export(Positions(), torch.randn(1, 4, 8), dynamic_shapes=({2: 2 * Dim("t", min=1, max=25)},))
+    reasons = [d.reason for d in phaseconv.explain(ep) if d.rule == "fold_constants" and not d.applied]
+    assert any("no input has the dynamic size itself" in reason for reason in reasons), reasons
+    x = torch.randn(1, 4, 14)
+    assert torch.equal(run(phaseconv.rewrite(ep), x), run(ep, x))

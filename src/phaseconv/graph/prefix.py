@@ -42,6 +42,7 @@ class PrefixConstant:
 def prefix_constant(editor: ProgramEditor, node: Node) -> PrefixConstant:
     """`node`'s value as a PrefixConstant, or NotConstant saying why it is not one."""
     symbol = editor.dynamic_symbol()
+    editor.size_source(symbol)  # the slices read the run-time size from there
     lowest, highest = editor.declared_bounds(symbol)
     if highest - lowest >= MAX_LENGTHS:
         raise NotConstant(f"the length's range ({lowest}..{highest}) is too wide to check at every length")

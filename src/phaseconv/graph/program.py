@@ -132,25 +132,28 @@ class ProgramEditor:
         except (TypeError, OverflowError):
             raise NotConstant(f"{symbol} has no declared upper bound (give the Dim a max)") from None
 
-    def symbolic_size(self, symbol, a: int, b: int) -> Node:
-        """A node computing a * symbol + b at run time from a user input's size, after the inputs
-        (so that every node can read it); one per (symbol, a, b)."""
-        if (symbol, a, b) in self._sizes:
-            return self._sizes[symbol, a, b]
-        anchor = next(node for node in self.graph.nodes if node.op != "placeholder")
+    def size_source(self, symbol) -> tuple[Node, int]:
+        """(input placeholder, dimension) whose size is `symbol` itself (NotConstant if none is)."""
         for node in self.graph.nodes:
             if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
                 continue
             for dim, size in enumerate(node.meta["val"].shape):
                 if not isinstance(size, int) and size.node.expr == symbol:
-                    result = self.emit(anchor, aten.sym_size.int, node, dim)
-                    if a != 1:
-                        result = self.emit(anchor, operator.mul, result, a)
-                    if b:
-                        result = self.emit(anchor, operator.add, result, b)
-                    self._sizes[symbol, a, b] = result
-                    return result
-        raise NotConstant(f"no input has {symbol} as a size")
+                    return node, dim
+        raise NotConstant("no input has the dynamic size itself as a size (only multiples of it)")
+
+    def symbolic_size(self, symbol, a: int, b: int) -> Node:
+        """A node computing a * symbol + b at run time from a user input's size, after the inputs
+        (so that every node can read it); one per (symbol, a, b)."""
+        if (symbol, a, b) not in self._sizes:
+            anchor = next(node for node in self.graph.nodes if node.op != "placeholder")
+            result = self.emit(anchor, aten.sym_size.int, *self.size_source(symbol))
+            if a != 1:
+                result = self.emit(anchor, operator.mul, result, a)
+            if b:
+                result = self.emit(anchor, operator.add, result, b)
+            self._sizes[symbol, a, b] = result
+        return self._sizes[symbol, a, b]
 
     def _evaluate(self, node: Node, memo: dict[Node, Any], sizes: dict) -> Any:
         if node in memo:
