@@ -103,3 +103,16 @@ TINY_MIMI = dict(
     num_semantic_quantizers=1,
     vector_quantization_hidden_dimension=16,
 )
+
+
+# A small transformers DacConfig (decoder strides 4 and 2, hop 8, 2 codebooks).
+TINY_DAC = dict(
+    encoder_hidden_size=4,
+    decoder_hidden_size=32,
+    hidden_size=16,
+    downsampling_ratios=[2, 4],
+    upsampling_ratios=[4, 2],
+    hop_length=8,
+    n_codebooks=2,
+    codebook_dim=4,
+)

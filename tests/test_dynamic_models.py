@@ -8,7 +8,7 @@ import phaseconv
 from phaseconv.models import transformers_audio, unet
 from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import TINY_MIMI, assert_close, transposed_convs
+from tests.helpers import TINY_DAC, TINY_MIMI, assert_close, transposed_convs
 
 pytest.importorskip("transformers")
 
@@ -71,17 +71,7 @@ def test_mimi_with_dynamic_frames_is_one_partition_and_exact_over_its_range():
 @pytest.mark.slow
 def test_dac_with_dynamic_frames_is_one_partition_and_exact_over_its_range():
     """Snake's reshapes to sizes read from the input become static views with -1 (views rule)."""
-    module, (latents,) = transformers_audio.dac_decoder(
-        0.004,
-        encoder_hidden_size=4,
-        decoder_hidden_size=32,
-        hidden_size=16,
-        downsampling_ratios=[2, 4],
-        upsampling_ratios=[4, 2],
-        hop_length=8,
-        n_codebooks=2,
-        codebook_dim=4,
-    )
+    module, (latents,) = transformers_audio.dac_decoder(0.004, **TINY_DAC)
     module, rewritten, summary, program = lowered_over_range(module, latents, 2, 2, 30)
     assert not transposed_convs(rewritten)
     assert summary.partitions == 1 and not summary.outside, summary

@@ -10,7 +10,7 @@ import torch
 
 import phaseconv
 from phaseconv.models import stylegan, transformers_audio, unet
-from tests.helpers import TINY_MIMI, assert_close, lower_and_run, transposed_convs
+from tests.helpers import TINY_DAC, TINY_MIMI, assert_close, lower_and_run, transposed_convs
 
 pytest.importorskip("transformers")
 
@@ -20,17 +20,7 @@ FAMILIES = {
     "encodec": lambda: transformers_audio.encodec_decoder(
         0.002, hidden_size=16, num_filters=4, upsampling_ratios=[4, 2], codebook_dim=16, num_lstm_layers=1
     ),
-    "dac": lambda: transformers_audio.dac_decoder(
-        0.05,
-        encoder_hidden_size=4,
-        decoder_hidden_size=32,
-        hidden_size=16,
-        downsampling_ratios=[2, 4],
-        upsampling_ratios=[4, 2],
-        hop_length=8,
-        n_codebooks=2,
-        codebook_dim=4,
-    ),
+    "dac": lambda: transformers_audio.dac_decoder(0.05, **TINY_DAC),
     "hifigan": lambda: transformers_audio.hifigan(
         6,
         model_in_dim=8,
