@@ -6,7 +6,10 @@
 - activation: a ReLU after the deconvolution left after the interleave (default) or moved in front;
 - constant_operands: the MI-GAN-like generator with and without that rule;
 - ELU: XNNPACK's own ELU (what phaseconv.lower enables) vs the elu rule's decomposition, on a
-  SEANet-like conv + ELU stack and on the Mimi-like demo decoder.
+  SEANet-like conv + ELU stack and on the Mimi-like demo decoder;
+- lift_1d: real 1-D decoders (prepared) lowered as phaseconv.lower does, with and without that rule.
+
+    python benchmarks/variants.py --only lift_1d   # a subset; its rows are updated in the results
 
 A variant is a rule list (lowered with the stock partitioner) or (rules, to_xnnpack keywords).
 """
@@ -28,6 +31,7 @@ console = Console(width=150)
 
 def main(
     runs: int = typer.Option(20, help="timed rounds per case (median reported)"),
+    only: str = typer.Option("", help="only cases whose name contains this"),
     json_path: Path = typer.Option(Path("results/variants.json"), "--json", help="where to write the results"),
 ) -> None:
     from phaseconv.runtimes.executorch import set_threads
@@ -110,8 +114,25 @@ def main(
             {"XNNPACK's ELU (phaseconv.lower)": native_elu, "ELU decomposed (elu rule)": DEFAULT_RULES},
         ),
     ]
+    from phaseconv.models import transformers_audio
+
+    without_lift = tuple(rule for rule in LOWERING_RULES if rule.name != "lift_1d")
+    for label, build in (
+        ("Mimi decoder 25 frames", lambda: transformers_audio.mimi_latents_decoder(25)),
+        ("SpeechT5 HiFi-GAN 100 frames", lambda: transformers_audio.hifigan(100)),
+        ("EnCodec 24 kHz decoder 1 s", lambda: transformers_audio.encodec_decoder(1.0)),
+        ("DAC decoder 1 s", lambda: transformers_audio.dac_decoder(1.0)),
+    ):
+        if only.lower() not in f"{label} lift_1d".lower():
+            continue
+        module, inputs = build()
+        left_3d = (without_lift, {"xnnpack_elu": True})
+        variants = {"lift_1d (phaseconv.lower)": native_elu, "1-D convs left 3-D": left_3d}
+        cases.append((f"{label} (lift_1d)", phaseconv.prepare(module), inputs, variants))
     rows = []
     for name, module, inputs, variants in cases:
+        if only.lower() not in name.lower():
+            continue
         with torch.no_grad():
             ep = torch.export.export(module.eval(), inputs)
         variants = {
@@ -141,6 +162,9 @@ def main(
         )
     console.print(table)
     json_path.parent.mkdir(parents=True, exist_ok=True)
+    if only and json_path.exists():  # a partial run updates its rows in the existing results
+        fresh = {row["case"] for row in rows}
+        rows = [r for r in json.loads(json_path.read_text())["cases"] if r["case"] not in fresh] + rows
     json_path.write_text(json.dumps({"runs": runs, "cases": rows}, indent=2))
     console.print(f"wrote {json_path}")
 

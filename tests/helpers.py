@@ -30,6 +30,11 @@ def transposed_convs(ep: ExportedProgram) -> list[str]:
     return [n.name for n in ep.graph.nodes if parse_conv_transpose(n) is not None]
 
 
+def decisions_of(rule: str, ep: ExportedProgram, rules=None) -> list:
+    """phaseconv.explain(ep, rules), the decisions of one rule only."""
+    return [d for d in phaseconv.explain(ep, rules) if d.rule == rule]
+
+
 def run(ep: ExportedProgram, *inputs: torch.Tensor):
     with torch.no_grad():
         return ep.module()(*inputs)

@@ -15,7 +15,7 @@ from torch.export.graph_signature import InputKind
 import phaseconv
 from phaseconv.math.polyphase import output_length
 from phaseconv.rules.conv_transpose import ConvTransposeRule
-from tests.helpers import EXHAUSTIVE, assert_close, export, rewrite_and_compare, run, transposed_convs
+from tests.helpers import EXHAUSTIVE, assert_close, decisions_of, export, rewrite_and_compare, run, transposed_convs
 
 CONV_TRANSPOSE = {1: nn.ConvTranspose1d, 2: nn.ConvTranspose2d, 3: nn.ConvTranspose3d}
 
@@ -127,7 +127,7 @@ def test_causal_trim_folds_into_the_window():
     rewritten = rewrite_and_compare(CausalUpsampler(), x)
     slices = [n for n in rewritten.graph.nodes if n.target == torch.ops.aten.slice.Tensor]
     assert slices == [], "a trim of whole phase blocks needs no crop"
-    (decision,) = phaseconv.explain(export(CausalUpsampler(), x))
+    (decision,) = decisions_of("conv_transpose", export(CausalUpsampler(), x))
     assert "folded 1 slice" in decision.detail
 
 
@@ -293,7 +293,7 @@ class UserWeight(nn.Module):
 
 def _declined(module, *inputs, **export_kwargs):
     ep = export(module, *inputs, **export_kwargs)
-    (decision,) = phaseconv.explain(ep)
+    (decision,) = decisions_of("conv_transpose", ep)
     rewritten = phaseconv.rewrite(ep)
     assert not decision.applied
     assert transposed_convs(rewritten) == transposed_convs(ep)
@@ -346,7 +346,7 @@ def test_activation_moves_before_the_interleave(name, activation):
     model = nn.Sequential(module, activation)
     commuting = [ConvTransposeRule(max_mac_overhead=math.inf, commute_activations=True)]
     rewritten = rewrite_and_compare(model, x, rules=commuting)
-    (decision,) = phaseconv.explain(export(model, x), commuting)
+    (decision,) = decisions_of("conv_transpose", export(model, x), commuting)
     assert "before the interleave" in decision.detail
     conv_ops = (torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default)
     convs = [n for n in rewritten.graph.nodes if n.target in conv_ops]
@@ -367,7 +367,7 @@ def test_activation_with_other_readers_stays_after():
     x = torch.randn(1, 4, 5)
     commuting = [ConvTransposeRule(commute_activations=True)]
     rewrite_and_compare(TwoReaders(), x, rules=commuting)
-    (decision,) = phaseconv.explain(export(TwoReaders(), x), commuting)
+    (decision,) = decisions_of("conv_transpose", export(TwoReaders(), x), commuting)
     assert "before the interleave" not in decision.detail
 
 

@@ -9,7 +9,7 @@ import phaseconv
 from phaseconv.errors import PhaseconvError
 from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import lower_and_run, transposed_convs
+from tests.helpers import decisions_of, lower_and_run, transposed_convs
 
 
 class Trimmed(nn.Module):
@@ -70,7 +70,7 @@ def test_one_program_is_exact_at_every_length(name):
 def test_a_crop_that_would_remain_is_declined_with_the_reason():
     layer = nn.ConvTranspose1d(8, 8, 7, 4, padding=1, output_padding=1).eval()  # output 4L + 1: not whole blocks
     ep = torch.export.export(layer, (torch.randn(1, 8, 10),), dynamic_shapes=({2: Dim("t", min=1, max=50)},))
-    (decision,) = phaseconv.explain(ep)
+    (decision,) = decisions_of("conv_transpose", ep)
     assert not decision.applied and "XNNPACK slices only static shapes" in decision.reason
 
 

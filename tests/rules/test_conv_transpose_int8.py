@@ -9,7 +9,7 @@ from phaseconv.errors import PhaseconvError
 from phaseconv.graph.quantized import DEQUANTIZE_PER_CHANNEL, QUANTIZE
 from phaseconv.math.polyphase import phase_weight
 from phaseconv.quantize import quantize, snr_db
-from tests.helpers import lower_and_run, run, transposed_convs
+from tests.helpers import decisions_of, lower_and_run, run, transposed_convs
 
 aten = torch.ops.aten
 
@@ -119,7 +119,7 @@ class GroupedInt8(nn.Module):
 def test_grouped_and_depthwise_int8_weights(groups):
     x = torch.randn(1, 8, 9)
     ep = torch.export.export(GroupedInt8(groups).eval(), (x,))
-    (decision,) = phaseconv.explain(ep)
+    (decision,) = decisions_of("conv_transpose", ep)
     assert decision.applied and "int8 weight" in decision.detail, decision
     rewritten = phaseconv.rewrite(ep)
     assert not transposed_convs(rewritten)
@@ -129,7 +129,7 @@ def test_grouped_and_depthwise_int8_weights(groups):
 def test_declines_a_weight_quantized_on_its_input_channels():
     x = torch.randn(1, 8, 9)
     ep = torch.export.export(GroupedInt8(1, axis=0).eval(), (x,))
-    (decision,) = phaseconv.explain(ep)
+    (decision,) = decisions_of("conv_transpose", ep)
     assert not decision.applied and "axis 0" in decision.reason
 
 

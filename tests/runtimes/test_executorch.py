@@ -8,7 +8,7 @@ import torch
 
 import phaseconv
 from phaseconv.models.audio import seanet_decoder
-from tests.helpers import EXHAUSTIVE, assert_close, export, lower_and_run, run, transposed_convs
+from tests.helpers import EXHAUSTIVE, assert_close, decisions_of, export, lower_and_run, run, transposed_convs
 from tests.rules.test_conv_transpose import CausalUpsampler, OverlapAdd, TwoDeconvsWithElu, make_case
 
 TRANSPOSED = "XNNConvTranspose2d"  # XNNPACK runs 1-D deconvolutions as 2-D ones too
@@ -98,7 +98,7 @@ def test_causal_upsampler_chain_in_a_decoder():
 def test_causal_upsampler_single_frame():
     module, x = CausalUpsampler(), torch.randn(1, 6, 1)
     ep = export(module, x)
-    (decision,) = phaseconv.explain(ep)
+    (decision,) = decisions_of("conv_transpose", ep)
     assert decision.applied, "a trimmed single step reads no padding-only block"
     summary, (out,) = lower_and_run(phaseconv.rewrite(ep), x)
     assert_close(out, run(ep, x))

@@ -280,6 +280,15 @@ class ProgramEditor:
             self._touched.update(n for n in node.all_input_nodes)
             self.graph.erase_node(node)
 
+    def redirect(self, old: Node, new: Node, users: list[Node]) -> None:
+        """`users` (the output among them) read `new` where they read `old`."""
+        for user in users:
+            user.replace_input_with(old, new)
+            if user.op == "output":
+                for spec in self.program.graph_signature.output_specs:
+                    if getattr(spec.arg, "name", None) == old.name:
+                        spec.arg = type(spec.arg)(name=new.name)
+
     def release(self, node: Node) -> None:
         """`node` is no longer read: `finish` drops it and the constants only it read."""
         self._touched.update(_ancestors(node) | {node})

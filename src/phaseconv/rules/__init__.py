@@ -7,6 +7,7 @@ from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.elu import EluRule
 from phaseconv.rules.fold_constants import FoldConstantsRule
 from phaseconv.rules.layer_norm import LayerNormRule
+from phaseconv.rules.lift_1d import Lift1dRule
 from phaseconv.rules.lstm import LstmRule
 from phaseconv.rules.mean import MeanRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
@@ -31,6 +32,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     SliceScatterRule(),
     SliceOfCatRule(),
     ConstantOperandRule(),
+    Lift1dRule(),
 )
 RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}
 # What phaseconv.lower rewrites with: its lowering delegates fp32 ELU to XNNPACK's own (EluConfig).
