@@ -132,6 +132,11 @@ def profile(case, runs: int) -> dict:
     return row
 
 
+def per_ms(amount: float, ms: float, unit: float) -> str:
+    """amount / ms in `unit`s per second; "-" when the time is below the timer's resolution."""
+    return f"{amount / ms / unit * 1e3:.1f}" if ms > 0 else "-"
+
+
 def report(row: dict, read_rate: float) -> None:
     kinds = Table(title=f"{row['model']}: {row['total_ms']:.1f} ms of XNNPACK operators")
     for column in ("operator", "ms", "share", "count"):
@@ -152,9 +157,9 @@ def report(row: dict, read_rate: float) -> None:
             str(conv["weight"]),
             f"{conv['ms']:.3f}",
             f"{conv['alone_ms']:.3f}",
-            f"{conv['macs'] / conv['ms'] / 1e6:.1f}",
-            f"{conv['macs'] / conv['alone_ms'] / 1e6:.1f}",
-            f"{conv['weight_bytes'] / conv['ms'] / 1e6:.1f}",
+            per_ms(conv["macs"], conv["ms"], 1e9),
+            per_ms(conv["macs"], conv["alone_ms"], 1e9),
+            per_ms(conv["weight_bytes"], conv["ms"], 1e9),
         )
     macs = sum(c["macs"] for c in row["convolutions"])
     model_ms = sum(c["ms"] for c in row["convolutions"])
