@@ -91,3 +91,16 @@ def test_a_dynamic_length_is_left_with_the_reason():
     program = LoadedProgram(to_xnnpack(phaseconv.rewrite(ep)).buffer)
     longer = torch.randn(1, 8, 64)
     assert_close(program.run((longer,))[0], run(ep, longer))
+
+
+class UserWeights(nn.Module):
+    def forward(self, x, w):
+        return nn.functional.conv1d(torch.relu(nn.functional.conv1d(x, w)), w)
+
+
+def test_a_weight_from_the_inputs_is_left_with_the_reason():
+    x, w = torch.randn(1, 4, 20), torch.randn(4, 4, 3)
+    ep = export(UserWeights(), x, w)
+    (decision,) = [d for d in phaseconv.explain(ep) if d.rule == "lift_1d"]
+    assert not decision.applied and "weight is not a constant" in decision.reason
+    assert_close(run(phaseconv.rewrite(ep), x, w), run(ep, x, w))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
-from phaseconv.graph.program import ProgramEditor
+from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.rules.base import Skip
 
 aten = torch.ops.aten
@@ -135,6 +135,11 @@ class Lift1dRule:
         order = {n: index for index, n in enumerate(editor.graph.nodes)}
         region = sorted(_region(node, _downstream(editor.graph)), key=order.get)
         for member in region:
+            if _is_1d_conv(member):
+                try:
+                    editor.constant_value(member.args[1])
+                except NotConstant as why:
+                    return Skip(f"a convolution's weight is not a constant: {why}")
             if any(not isinstance(s, int) for s in member.meta["val"].shape):
                 return Skip("a dynamic length: XNNPACK reshapes no symbolic size, the views would split the delegate")
             for operand in member.all_input_nodes:
@@ -184,9 +189,10 @@ class Lift1dRule:
             else:
                 new = editor.emit(node, node.target, *[into(a) for a in node.args], **node.kwargs)
             lifted[node] = new
+        order = {node: index for index, node in enumerate(editor.graph.nodes)}
         for node in plan.region:
-            outside = [user for user in node.users if user not in members]
-            if outside:
+            outside = sorted((user for user in node.users if user not in members), key=order.get)
+            if outside:  # the view goes before the first reader in graph order
                 out = editor.emit(outside[0], aten.view.default, lifted[node], list(node.meta["val"].shape))
                 editor.redirect(node, out, outside)
             editor.release(node)
