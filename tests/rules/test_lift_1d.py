@@ -58,12 +58,15 @@ def test_every_1d_conv_runs_on_4d_tensors_and_gives_the_same_values():
     torch.testing.assert_close(run(rewritten, x), run(phaseconv.rewrite(ep, WITHOUT_LIFT), x), rtol=1e-6, atol=1e-6)
 
 
-def test_lifted_program_is_one_partition_with_fewer_layout_transposes():
+def test_lifted_program_is_one_partition_with_fewer_layout_transposes_and_the_same_bits():
     x = torch.randn(1, 4, 40)
     ep = export(Decoder(), x)
-    summary, _ = assert_one_partition_matching(phaseconv.rewrite(ep), ep, x)
-    flat = summarize_pte(to_xnnpack(phaseconv.rewrite(ep, WITHOUT_LIFT)).buffer)
+    summary, (lifted,) = assert_one_partition_matching(phaseconv.rewrite(ep), ep, x)
+    buffer = to_xnnpack(phaseconv.rewrite(ep, WITHOUT_LIFT)).buffer
+    flat = summarize_pte(buffer)
     assert summary.layout_transposes < flat.layout_transposes, (summary, flat)
+    (left_3d,) = LoadedProgram(buffer).run((x,))
+    assert torch.equal(lifted, left_3d), "the runtime computes the same products and sums either way"
 
 
 def test_pads_before_the_first_conv_of_a_region_stay_3d():
