@@ -29,6 +29,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.models import CASES  # noqa: E402
+from benchmarks.workers import updated_rows  # noqa: E402
 
 console = Console(width=200)
 GEMM_KINDS = ("Convolution", "Fully Connected")
@@ -186,9 +187,8 @@ def main(
         report(rows[-1], read_rate)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"threads": threads, "runs": runs, "memory_read_gb_s": read_rate, "machine": platform.machine()}
-    if only and json_path.exists():  # a partial run updates its rows in the existing results
-        fresh = {row["model"] for row in rows}
-        rows = [r for r in json.loads(json_path.read_text())["models"] if r["model"] not in fresh] + rows
+    if only:  # a partial run updates its rows in the existing results
+        rows = updated_rows(json_path, "models", "model", rows)
     json_path.write_text(json.dumps({"meta": meta, "models": rows}, indent=2))
     console.print(f"wrote {json_path}")
 

@@ -26,6 +26,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.workers import updated_rows  # noqa: E402
+
 console = Console(width=150)
 
 
@@ -162,9 +164,8 @@ def main(
         )
     console.print(table)
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    if only and json_path.exists():  # a partial run updates its rows in the existing results
-        fresh = {row["case"] for row in rows}
-        rows = [r for r in json.loads(json_path.read_text())["cases"] if r["case"] not in fresh] + rows
+    if only:  # a partial run updates its rows in the existing results
+        rows = updated_rows(json_path, "cases", "case", rows)
     json_path.write_text(json.dumps({"runs": runs, "cases": rows}, indent=2))
     console.print(f"wrote {json_path}")
 

@@ -33,3 +33,12 @@ def save_results(path: Path, rows: list[dict], **meta) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     meta |= {"machine": platform.machine(), "processor": platform.processor()}
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+
+
+def updated_rows(path: Path, section: str, key: str, rows: list[dict]) -> list[dict]:
+    """A partial run's `rows` added to the results at `path` (its list `section`), replacing the
+    rows with the same `key`."""
+    if not path.exists():
+        return rows
+    fresh = {row[key] for row in rows}
+    return [r for r in json.loads(path.read_text())[section] if r[key] not in fresh] + rows
