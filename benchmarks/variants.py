@@ -8,6 +8,8 @@
 - ELU: XNNPACK's own ELU (what phaseconv.lower enables) vs the elu rule's decomposition, on a
   SEANet-like conv + ELU stack and on the Mimi-like demo decoder;
 - lift_1d: real 1-D decoders (prepared) lowered as phaseconv.lower does, with and without that rule.
+- crop_by_phase: the 2-D generators, their cropped depthwise up-filters computed phase by phase
+  (each phase conv reads its own input window) or cropped after the interleave.
 
     python benchmarks/variants.py --only lift_1d   # a subset; its rows are updated in the results
 
@@ -131,6 +133,20 @@ def main(
         left_3d = (without_lift, {"xnnpack_elu": True})
         variants = {"lift_1d (phaseconv.lower)": native_elu, "1-D convs left 3-D": left_3d}
         cases.append((f"{label} (lift_1d)", phaseconv.prepare(module), inputs, variants))
+    from phaseconv.models import image, stylegan
+
+    crop_after = tuple(
+        ConvTransposeRule(crop_by_phase=False) if rule.name == "conv_transpose" else rule for rule in LOWERING_RULES
+    )
+    for label, build in (
+        ("MI-GAN-like 128x128", image.migan_generator),
+        ("StyleGAN2-like", stylegan.stylegan2_generator),
+    ):
+        if only.lower() not in f"{label} crop_by_phase".lower():
+            continue
+        module, inputs = build()
+        variants = {"crop by phase (phaseconv.lower)": native_elu, "crop after interleave": (crop_after, native_elu[1])}
+        cases.append((f"{label} (crop_by_phase)", phaseconv.prepare(module), inputs, variants))
     rows = []
     for name, module, inputs, variants in cases:
         if only.lower() not in name.lower():

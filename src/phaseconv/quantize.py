@@ -21,6 +21,7 @@ from phaseconv.errors import PhaseconvError
 from phaseconv.graph.program import copy_program
 from phaseconv.graph.quantized import DYNAMIC_INT8_REASON, fold_weight_quantization
 from phaseconv.rewrite import rewrite as rewrite_program
+from phaseconv.rules import PRE_QUANTIZATION_RULES
 
 MODES = ("static", "dynamic")
 
@@ -70,7 +71,7 @@ def quantize(
     if rewrite_first and mode == "dynamic":
         raise PhaseconvError(f"rewrite_first with dynamic int8: {DYNAMIC_INT8_REASON}")
     if rewrite_first:
-        program = rewrite_program(program)
+        program = rewrite_program(program, rules=PRE_QUANTIZATION_RULES)
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=mode == "dynamic")
     # A copy: calibration runs the program, which writes its state buffers (a streaming step's).
     prepared = prepare_pt2e(copy_program(program).module(), XNNPACKQuantizer().set_global(config))

@@ -14,6 +14,8 @@ from phaseconv.math.polyphase import (
     interleave_steps,
     output_length,
     phase_bias,
+    phase_reads,
+    phase_slice,
     phase_weight,
     phase_window,
 )
@@ -132,3 +134,41 @@ def test_property_every_case(spatial, groups, data):
     expected, actual = reference_and_polyphase(x, w, b, stride, padding, output_padding, groups, dilation)
     torch.testing.assert_close(actual, expected)
     assert math.prod(actual.shape) == math.prod(expected.shape)
+
+
+def samples(x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """x[..., start:stop] of a 1-D signal with zeros outside it."""
+    length = x.shape[-1]
+    inside = x[..., max(start, 0) : min(stop, length)]
+    return F.pad(inside, [max(0, -start), max(0, stop - length)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    stride=st.integers(2, 5),
+    kernel=st.integers(1, 9),
+    padding=st.integers(0, 6),
+    dilation=st.integers(1, 2),
+    length=st.integers(1, 6),
+    data=st.data(),
+)
+def test_property_each_phase_read_on_its_own_needs_no_crop(stride, kernel, padding, dilation, length, data):
+    """Output phase j from its own convolution over samples [start_j, stop_j) with phase weight f_j:
+    interleaved, these are the deconvolution's output (a trimmed window too), with no crop."""
+    output_padding = data.draw(st.integers(0, max(stride, dilation) - 1))
+    full = output_length(length, stride, padding, dilation, kernel, output_padding)
+    if full < 1:
+        return
+    start = data.draw(st.integers(0, full - 1))
+    stop = data.draw(st.integers(start + 1, full))
+    reads = phase_reads(phase_window(length, stride, padding, dilation, kernel, output_padding, start, stop))
+    if reads is None:
+        assert (stop - start) % stride
+        return
+    x = torch.randn(2, 3, length, dtype=torch.float64)
+    w = torch.randn(3, 1, kernel, dtype=torch.float64)
+    phases = phase_weight(w, [stride], [dilation], 3)
+    convs = [F.conv1d(samples(x, r.start, r.stop), phase_slice(phases, [stride], 3, r.phase), groups=3) for r in reads]
+    actual = interleave_phases(torch.cat(convs, 1), [stride], 1)
+    expected = F.conv_transpose1d(x, w, None, stride, padding, output_padding, 3, dilation)[..., start:stop]
+    torch.testing.assert_close(actual, expected)

@@ -15,7 +15,16 @@ from torch.export.graph_signature import InputKind
 import phaseconv
 from phaseconv.math.polyphase import output_length
 from phaseconv.rules.conv_transpose import ConvTransposeRule
-from tests.helpers import EXHAUSTIVE, assert_close, decisions_of, export, rewrite_and_compare, run, transposed_convs
+from tests.helpers import (
+    EXHAUSTIVE,
+    assert_close,
+    assert_one_partition_matching,
+    decisions_of,
+    export,
+    rewrite_and_compare,
+    run,
+    transposed_convs,
+)
 
 CONV_TRANSPOSE = {1: nn.ConvTranspose1d, 2: nn.ConvTranspose2d, 3: nn.ConvTranspose3d}
 
@@ -308,6 +317,37 @@ def test_depthwise_is_one_conv_per_phase_and_a_cat():
     assert len(convs) == 4 and all(n.args[-1] == 4 for n in convs), "four depthwise convs, one per phase"
     assert sum(n.target == torch.ops.aten.cat.default for n in rewritten.graph.nodes) == 1
     assert [k for k in rewritten.state_dict if "bias" in k] == ["p_bias_j0", "p_bias_j1", "p_bias_j2", "p_bias_j3"]
+
+
+class ConvThenDepthwiseUp(nn.Module):
+    """MI-GAN's up-filter after a conv, so its input is channels-last inside XNNPACK."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 1)
+        self.up = nn.ConvTranspose2d(8, 8, 4, 2, 1, groups=8)
+
+    def forward(self, x):
+        return self.up(self.conv(x))
+
+
+def test_cropped_depthwise_phases_read_their_own_samples_and_xnnpack_folds_the_pads():
+    """k4 s2 p1 crops one output at each end: each phase conv reads its own input window (a zero pad
+    on one side), so no slice follows the interleave, and XNNPACK runs no pad of its own."""
+    from phaseconv.runtimes.etdump import operator_times
+    from phaseconv.runtimes.executorch import to_xnnpack
+
+    torch.manual_seed(0)
+    module, x = ConvThenDepthwiseUp().eval(), torch.randn(1, 8, 6, 5)
+    rewritten = rewrite_and_compare(module, x)
+    targets = [n.target for n in rewritten.graph.nodes]
+    assert torch.ops.aten.slice.Tensor not in targets
+    assert targets.count(torch.ops.aten.constant_pad_nd.default) == 4, "one pad per phase, [1, 0] or [0, 1] per axis"
+    assert_one_partition_matching(rewritten, export(module, x), x)
+    kinds = {t.kind for t in operator_times(to_xnnpack(rewritten).buffer, (x,), runs=1)}
+    assert not any("Pad" in kind or "Slice" in kind for kind in kinds), kinds
+    kept = phaseconv.rewrite(export(module, x), [ConvTransposeRule(crop_by_phase=False)])
+    assert [n.target for n in kept.graph.nodes].count(torch.ops.aten.slice.Tensor) == 2, "the crop, one per axis"
 
 
 def test_declines_stride_one():

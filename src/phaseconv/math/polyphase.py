@@ -113,6 +113,37 @@ def phase_window(
     )
 
 
+@dataclass(frozen=True)
+class PhaseRead:
+    """What output phase j of a window reads when it is computed by a convolution of its own:
+    phase weight `phase`, over input samples `[start, stop)` (outside `[0, L)`: zero padding)."""
+
+    phase: int
+    start: int
+    stop: int
+
+
+def phase_reads(window: PhaseWindow) -> list[PhaseRead] | None:
+    """One PhaseRead per output phase j, so that the window needs no crop; None when its output is
+    not a whole number B of blocks (the phases would differ in length).
+
+    With crop_start + j = s*o_j + f_j, output y[s*q + j] = z[s*(q + o_j) + f_j]: phase weight f_j at
+    convolution block q + o_j. Block b reads the padded input from position b, which is input sample
+    b + input_start - pad_before, so phase j reads samples start_j = input_start - pad_before + o_j
+    up to start_j + B + m - 1.
+    """
+    length = window.crop_stop - window.crop_start
+    if length % window.stride:
+        return None
+    blocks = length // window.stride
+    reads = []
+    for j in range(window.stride):
+        offset, phase = divmod(window.crop_start + j, window.stride)
+        start = window.input_start - window.pad_before + offset
+        reads.append(PhaseRead(phase, start, start + blocks + window.taps - 1))
+    return reads
+
+
 # Past this length no clamp of a window changes any more: its offsets are those of every longer length.
 LONG = 1 << 20
 

@@ -37,8 +37,20 @@ DEFAULT_RULES: tuple[Rule, ...] = (
 RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}
 # What phaseconv.lower rewrites with: its lowering delegates fp32 ELU to XNNPACK's own (EluConfig).
 LOWERING_RULES: tuple[Rule, ...] = tuple(EluRule(xnnpack_elu=True) if r.name == "elu" else r for r in DEFAULT_RULES)
+# What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32.
+PRE_QUANTIZATION_RULES: tuple[Rule, ...] = tuple(
+    ConvTransposeRule(crop_by_phase=False) if r.name == "conv_transpose" else r for r in DEFAULT_RULES
+)
 
-__all__ = ["DEFAULT_RULES", "LOWERING_RULES", "RULES_BY_NAME", "Rule", "Skip", "resolve_rules"]
+__all__ = [
+    "DEFAULT_RULES",
+    "LOWERING_RULES",
+    "PRE_QUANTIZATION_RULES",
+    "RULES_BY_NAME",
+    "Rule",
+    "Skip",
+    "resolve_rules",
+]
 
 
 def resolve_rules(rules) -> tuple[Rule, ...]:

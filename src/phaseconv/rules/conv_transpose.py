@@ -8,6 +8,7 @@ moves a clamp-type activation that only reads the output in front of the interle
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from dataclasses import dataclass
@@ -31,11 +32,13 @@ from phaseconv.graph.quantized import (
 )
 from phaseconv.math.polyphase import (
     AlignedPhases,
+    PhaseRead,
     PhaseWindow,
     aligned_phases,
     output_length,
     phase_bias,
     phase_channel_values,
+    phase_reads,
     phase_slice,
     phase_weight,
     phase_window,
@@ -163,18 +166,23 @@ class ConvTransposeRule:
         max_depthwise_mac_overhead: float | None = None,
         commute_activations: bool = False,
         split_depthwise: bool = True,
+        crop_by_phase: bool = True,
         spatial_dims: tuple[int, ...] = (1, 2, 3),
     ):
         """`split_depthwise`: compute a depthwise layer as one depthwise conv per phase and a cat,
         rather than one conv with channel multiplier s^D, which leaves XNNPACK's depthwise kernels
-        (benchmarks/variants.py measures both). `commute_activations`: move a clamp-type activation
-        in front of the interleave, where XNNPACK fuses it into the conv; off by default, since
-        benchmarks/variants.py measures no gain from it (within +-4% run to run). `spatial_dims`:
-        the layer ranks to rewrite (ONNX Runtime gains from 1-D layers only)."""
+        (benchmarks/variants.py measures both). `crop_by_phase`: when such a layer's output is cropped,
+        give each phase conv the input samples it reads (a zero pad XNNPACK folds into the conv, but
+        which a PT2E quantizer leaves in fp32) instead of cropping after the interleave.
+        `commute_activations`: move a clamp-type activation in front of the interleave, where XNNPACK
+        fuses it into the conv; off by default, since benchmarks/variants.py measures no gain from it
+        (within +-4% run to run). `spatial_dims`: the layer ranks to rewrite (ONNX Runtime gains from
+        1-D layers only)."""
         self.spatial_dims = spatial_dims
         self.max_mac_overhead = max_mac_overhead
         self.commute_activations = commute_activations
         self.split_depthwise = split_depthwise
+        self.crop_by_phase = crop_by_phase
         self.max_depthwise_mac_overhead = (
             max(max_mac_overhead, MAX_DEPTHWISE_MAC_OVERHEAD)
             if max_depthwise_mac_overhead is None
@@ -334,6 +342,10 @@ class ConvTransposeRule:
         if plan.aligned is not None:
             editor.replace(replaced, self._aligned(plan, editor, anchor, key))
             return
+        reads = _own_reads(plan) if plan.depthwise and self.split_depthwise and self.crop_by_phase else None
+        if reads is not None:
+            editor.replace(replaced, self._phase_by_phase(plan, editor, anchor, reads, key))
+            return
         input_grid = requantizer(editor, anchor, plan.quantization.input)
         output_grid = requantizer(editor, anchor, plan.quantization.output)
         # Read the input now, not at check time: an earlier rewrite may have replaced it.
@@ -348,7 +360,7 @@ class ConvTransposeRule:
             for pad in (w.pad_before - both, w.pad_after - both)
         ]
         if any(extra):  # zero is on every int8 grid: its zero point
-            x = input_grid(editor.emit(anchor, aten.constant_pad_nd.default, x, extra, 0.0))
+            x = editor.emit(anchor, aten.constant_pad_nd.default, x, extra, 0.0)
 
         def phase_conv(weight: Node, bias: Node | None) -> Node:
             phases = _convolution(editor, anchor, node, x, weight, bias, symmetric, conv.groups)
@@ -402,6 +414,37 @@ class ConvTransposeRule:
                 crop = (dim, window.crop_start, window.crop_stop)
                 result = editor.emit(anchor, aten.slice.Tensor, output_grid(result), *crop)
         editor.replace(replaced, result)
+
+    def _phase_by_phase(
+        self, plan: PolyphasePlan, editor: ProgramEditor, anchor: Node, reads: list[list[PhaseRead]], key: str
+    ) -> Node:
+        """A depthwise layer whose window has a crop: each output phase is a depthwise convolution of
+        its own over the input samples it reads (`phase_reads`), so the phases come out cropped.
+        Their zero padding, partly explicit, is folded into the convolution by XNNPACK."""
+        conv, node = plan.conv, plan.node
+        sources = {}  # samples read per dimension -> (input, convolution padding)
+        convs = []
+        for j, per_dim in enumerate(itertools.product(*reads)):
+            samples = tuple((r.start, r.stop) for r in per_dim)
+            if samples not in sources:
+                sources[samples] = _read_samples(editor, anchor, node.args[0], samples)
+            source, padding = sources[samples]
+            phase = _row_major([r.phase for r in per_dim], conv.stride)
+            weight = editor.derived_constant(
+                conv.weight,
+                f"{key}_j{phase}",
+                lambda w, f=phase: phase_slice(
+                    phase_weight(w, conv.stride, conv.dilation, conv.groups), conv.stride, conv.groups, f
+                ),
+            )
+            # Every phase conv adds the original bias, each from its own copy (see apply).
+            bias = None if conv.bias is None else editor.derived_constant(conv.bias, f"j{j}", lambda b: b)
+            phases = _convolution(editor, anchor, node, source, weight, bias, padding, conv.groups)
+            if plan.activation is not None:
+                act = plan.activation
+                phases = editor.emit(anchor, act.target, phases, *act.args[1:], **act.kwargs)
+            convs.append(phases)
+        return interleave(editor, anchor, editor.emit(anchor, aten.cat.default, convs, 1), conv.stride, 1)
 
     def _aligned(self, plan: PolyphasePlan, editor: ProgramEditor, anchor: Node, key: str) -> Node:
         """The AlignedPhases form of a 1-D layer of dynamic length (float): one or two phase
@@ -460,6 +503,39 @@ class ConvTransposeRule:
         ]
         phases = convs[0] if len(convs) == 1 else editor.emit(anchor, aten.cat.default, convs, 1)
         return interleave(editor, anchor, phases, conv.stride, 1)
+
+
+def _own_reads(plan: PolyphasePlan) -> list[list[PhaseRead]] | None:
+    """Per dimension, the samples each output phase reads, when a float depthwise window has a crop
+    that phase-by-phase convolutions avoid (its output whole blocks); otherwise None."""
+    if plan.quantization.weight is not None or not any(w.needs_crop for w in plan.windows):
+        return None
+    reads = [phase_reads(w) for w in plan.windows]
+    return None if any(r is None for r in reads) else reads
+
+
+def _row_major(index: list[int], sizes: list[int]) -> int:
+    flat = 0
+    for i, n in zip(index, sizes):
+        flat = flat * n + i
+    return flat
+
+
+def _read_samples(editor: ProgramEditor, anchor: Node, x: Node, samples: tuple) -> tuple[Node, list[int]]:
+    """x restricted to samples [start, stop) per spatial dimension, zeros outside the input: the
+    slices, the padding beyond what both sides share, and that shared padding for the convolution."""
+    lengths = x.meta["val"].shape[2:]
+    for dim, ((start, stop), length) in enumerate(zip(samples, lengths), start=2):
+        if start > 0 or stop < length:
+            x = editor.emit(anchor, aten.slice.Tensor, x, dim, max(start, 0), min(stop, length))
+    zeros = [(max(0, -start), max(0, stop - length)) for (start, stop), length in zip(samples, lengths)]
+    shared = [min(before, after) for before, after in zeros]
+    extra = [
+        pad for (before, after), both in zip(reversed(zeros), reversed(shared)) for pad in (before - both, after - both)
+    ]
+    if any(extra):
+        x = editor.emit(anchor, aten.constant_pad_nd.default, x, extra, 0.0)
+    return x, shared
 
 
 def _convolution(
