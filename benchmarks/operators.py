@@ -9,7 +9,7 @@ gives the time per kind of operator; then every convolution's in-model time (1x1
 second, and the same convolution lowered and run alone, so a gap between the two shows what the
 model around it costs (cold weights, layouts) and the alone figure what XNNPACK reaches on this
 machine. Weight bytes over time is the rate a convolution streams its weights at, against the
-machine's memory read rate (a 1 GiB sum, measured here).
+machine's memory read rate (a 1 GiB sum on as many threads, measured here).
 """
 
 from __future__ import annotations
@@ -36,10 +36,12 @@ GEMM_KINDS = ("Convolution", "Fully Connected")
 CONV_TARGETS = ("aten.conv1d.default", "aten.conv2d.default", "aten.convolution.default")
 
 
-def memory_read_rate() -> float:
-    """GB/s of a sum over 1 GiB of float32 (median of 5): what streaming cold weights can reach."""
+def memory_read_rate(threads: int) -> float:
+    """GB/s of a sum over 1 GiB of float32 on `threads` threads (median of 5): what streaming cold
+    weights can reach with the cores XNNPACK is given."""
     import torch
 
+    torch.set_num_threads(threads)
     data = torch.ones(2**28)
     times = []
     for _ in range(5):
@@ -180,7 +182,7 @@ def main(
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(threads)  # before any program is loaded
-    read_rate = memory_read_rate()
+    read_rate = memory_read_rate(threads)
     rows = []
     for case in (c for c in CASES if only.lower() in c.name.lower()):
         rows.append(profile(case, runs))
