@@ -7,7 +7,7 @@ from torch.export import Dim
 import phaseconv
 from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
-from tests.helpers import assert_close, assert_one_partition_matching, export, run
+from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
 
 aten = torch.ops.aten
 WITHOUT_LIFT = [name for name in phaseconv.rules.RULES_BY_NAME if name != "lift_1d"]
@@ -86,11 +86,46 @@ def test_a_region_leaving_as_the_program_output_keeps_the_output_shape():
     assert_one_partition_matching(rewritten, ep, x)
 
 
-def test_a_dynamic_length_is_left_with_the_reason():
+class CausalUnit(nn.Module):
+    """SEANet's residual unit without a crop: causal pads, a dilated conv, DAC's snake."""
+
+    def __init__(self, channels=8):
+        super().__init__()
+        self.first = nn.Conv1d(channels, channels // 2, 3, dilation=2)
+        self.second = nn.Conv1d(channels // 2, channels, 3)
+        self.alpha = nn.Parameter(torch.rand(1, channels // 2, 1) + 0.5)
+
+    def forward(self, x):
+        y = self.first(nn.functional.pad(nn.functional.elu(x), [4, 0]))
+        y = y + torch.sin(self.alpha * y) ** 2
+        return x + self.second(nn.functional.pad(nn.functional.elu(y), [2, 0]))
+
+
+def test_a_dynamic_length_is_the_views_inferred_size():
+    x = torch.randn(1, 8, 30)
+    ep = export(nn.Sequential(nn.Conv1d(8, 8, 1), CausalUnit()), x, dynamic_shapes=({2: Dim("t", min=10, max=64)},))
+    (decision,) = decisions_of("lift_1d", ep)
+    assert decision.applied, decision
+    rewritten = phaseconv.rewrite(ep)
+    assert set(conv_dims(rewritten)) == {4}
+    views = [n.args[1] for n in rewritten.graph.nodes if n.target == aten.view.default]
+    assert views and all(shape.count(-1) == 1 for shape in views), views
+    buffer = to_xnnpack(rewritten).buffer
+    flat = summarize_pte(to_xnnpack(phaseconv.rewrite(ep, WITHOUT_LIFT)).buffer)
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    assert summary.layout_transposes < flat.layout_transposes, (summary, flat)
+    program = LoadedProgram(buffer)
+    for length in (10, 37, 64):  # the shortest, an odd one, the longest
+        y = torch.randn(1, 8, length)
+        assert_close(program.run((y,))[0], run(ep, y))
+
+
+def test_a_slice_of_a_dynamic_length_is_left_with_the_reason():
     x = torch.randn(1, 8, 30)
     ep = export(ResidualUnit(), x, dynamic_shapes=({2: Dim("t", min=10, max=64)},))
-    (decision,) = [d for d in phaseconv.explain(ep) if d.rule == "lift_1d"]
-    assert not decision.applied and "dynamic length" in decision.reason
+    (decision,) = decisions_of("lift_1d", ep)
+    assert not decision.applied and "slice of a dynamic length" in decision.reason
     program = LoadedProgram(to_xnnpack(phaseconv.rewrite(ep)).buffer)
     longer = torch.randn(1, 8, 64)
     assert_close(program.run((longer,))[0], run(ep, longer))

@@ -11,8 +11,9 @@ puts it: XNNPACK's convolutions with the kernel along the width ran up to 1.5x s
     f(x), x + y, pad(x, [l, r])   -> f(x4), x4 + y4, pad(x4, [0, 0, l, r])
     x[:, :, a:b]                  -> x4[:, :, a:b]           (a same-shape view or reshape: dropped)
 
-with one view into the region per value that enters it and one view out per value that leaves.
-The arithmetic is unchanged: the same products and sums in the same order (bit-identical).
+with one view into the region per value that enters it and one view out per value that leaves; a
+dynamic length is the views' inferred size (-1). The arithmetic is unchanged: the same products and
+sums in the same order (bit-identical).
 """
 
 from __future__ import annotations
@@ -84,6 +85,18 @@ def _eligible(node: Node) -> bool:
     return node.target in UNARY or node.target in BINARY
 
 
+def _fill(pad: Node) -> float:
+    """The value a constant pad fills with: aten.pad's 4th argument, constant_pad_nd's 3rd, else 0."""
+    index = 3 if pad.target == aten.pad.default else 2
+    value = pad.args[index] if len(pad.args) > index else pad.kwargs.get("value")
+    return 0.0 if value is None else value
+
+
+def _inferred(shape) -> list[int]:
+    """A view's shape: a symbolic size (the dynamic length, at most one) as -1, which XNNPACK infers."""
+    return [size if isinstance(size, int) else -1 for size in shape]
+
+
 def _downstream(graph) -> set[Node]:
     """Eligible ops that are 1-D convs or read one through eligible ops. The ops before a region's
     first conv stay 3-D: a pad there would run on an NCHW [N, C, T, 1] tensor, one element per row
@@ -140,8 +153,12 @@ class Lift1dRule:
                     editor.constant_value(member.args[1])
                 except NotConstant as why:
                     return Skip(f"a convolution's weight is not a constant: {why}")
-            if any(not isinstance(s, int) for s in member.meta["val"].shape):
-                return Skip("a dynamic length: XNNPACK reshapes no symbolic size, the views would split the delegate")
+            shape = member.meta["val"].shape
+            symbolic = [axis for axis, size in enumerate(shape) if not isinstance(size, int)]
+            if symbolic not in ([], [2]):
+                return Skip(f"dynamic sizes {list(shape)}: XNNPACK's reshape infers one size, the length")
+            if symbolic and member.target == aten.slice.Tensor:
+                return Skip("a slice of a dynamic length, which XNNPACK does not take either way")
             for operand in member.all_input_nodes:
                 if operand.op == "call_function" and "quantized_decomposed" in str(operand.target):
                     return Skip("a quantized convolution: its dequantize -> conv pattern must stay as it is")
@@ -162,7 +179,7 @@ class Lift1dRule:
                 return value
             if value in lifted:
                 return lifted[value]
-            shape = list(value.meta["val"].shape)
+            shape = _inferred(value.meta["val"].shape)
             shape4 = [*[1] * (3 - len(shape)), *shape, 1]
             if editor.is_constant_input(value):
                 lifted[value] = editor.derived_constant(value, "4d", lambda t: t.reshape(shape4))
@@ -184,8 +201,10 @@ class Lift1dRule:
                 new = into(node.args[0])
             elif node.target == aten.slice.Tensor:
                 new = editor.emit(node, node.target, into(node.args[0]), 2, *node.args[2:])
-            elif node.target in PADS:
-                new = editor.emit(node, node.target, into(node.args[0]), [0, 0, *node.args[1]], *node.args[2:])
+            elif node.target in PADS:  # as constant_pad_nd: tracing aten.pad in 4-D fixes a dynamic length
+                new = editor.emit(
+                    node, aten.constant_pad_nd.default, into(node.args[0]), [0, 0, *node.args[1]], _fill(node)
+                )
             else:
                 new = editor.emit(node, node.target, *[into(a) for a in node.args], **node.kwargs)
             lifted[node] = new
@@ -193,6 +212,6 @@ class Lift1dRule:
         for node in plan.region:
             outside = sorted((user for user in node.users if user not in members), key=order.get)
             if outside:  # the view goes before the first reader in graph order
-                out = editor.emit(outside[0], aten.view.default, lifted[node], list(node.meta["val"].shape))
+                out = editor.emit(outside[0], aten.view.default, lifted[node], _inferred(node.meta["val"].shape))
                 editor.redirect(node, out, outside)
             editor.release(node)
