@@ -36,6 +36,10 @@ CASES = {
         lambda: layer(nn.ConvTranspose1d(32, 16, 7, 4, padding=1, output_padding=1), 16),
         (1, 16, 10),
     ),
+    "1d-k8-s4-output-padding-over-padding": (  # padded unequally: an explicit pad, requantized
+        lambda: layer(nn.ConvTranspose1d(32, 16, 8, 4, padding=2, output_padding=3), 16),
+        (1, 16, 20),
+    ),
     "2d-k4-s2-p1-deep": (lambda: layer(nn.ConvTranspose2d(256, 16, 4, 2, padding=1), 8), (1, 8, 6, 6)),
 }
 

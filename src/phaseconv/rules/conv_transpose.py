@@ -359,7 +359,7 @@ class ConvTransposeRule:
             for w, both in zip(reversed(plan.windows), reversed(symmetric))
             for pad in (w.pad_before - both, w.pad_after - both)
         ]
-        if any(extra):  # zero is on every int8 grid: its zero point
+        if any(extra):  # int8: left between dequantize and conv, where XNNPACK's InsertPadQDQPass quantizes it
             x = editor.emit(anchor, aten.constant_pad_nd.default, x, extra, 0.0)
 
         def phase_conv(weight: Node, bias: Node | None) -> Node:
