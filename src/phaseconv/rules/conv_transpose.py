@@ -129,8 +129,9 @@ class LayerQuantization:
     """What is int8 around a transposed convolution of a PT2E-quantized graph.
 
     `weight`: its dequantized int8 weight. `input`: the parameters of the dequantize it reads (the
-    input's slice keeps them; a pad is quantized by XNNPACK's own pass). `output`: those of the quantize that reads its (cropped,
-    activated) output, given to the phase convolution's output, the interleave and the crop.
+    input's slice keeps them; a pad is quantized by XNNPACK's own pass). `output`: those of the
+    quantize that reads its (cropped, activated) output, given to the phase convolution's output,
+    the interleave and the crop.
     """
 
     weight: QuantizedWeight | None = None
