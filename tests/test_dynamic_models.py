@@ -56,6 +56,7 @@ def test_hifigan_with_dynamic_frames_is_one_partition_and_exact_over_its_range()
     assert_exact_at(module, program, mel, 1, (2, 13, 40))
 
 
+@pytest.mark.slow  # 20 s: kept out of the default run's 15 minutes, run in CI
 def test_mimi_with_dynamic_frames_is_one_partition_and_exact_over_its_range():
     """prepare's padding stays symbolic, the causal crops fold, the sliding-window mask and rotary
     tables are folded at the longest length and sliced, rotate_half is a matmul: one partition,

@@ -31,7 +31,10 @@ def stream_runtime(buffer: bytes, latents: torch.Tensor) -> torch.Tensor:
     return torch.cat([program.run((latents[:, i : i + 1],))[0] for i in range(latents.shape[1])], dim=-1)
 
 
-@pytest.mark.parametrize("config", [pytest.param(SMALL, marks=pytest.mark.slow), DEFAULT])
+# 22 s each: kept out of the default run's 15 minutes, run in CI (`-m slow`)
+@pytest.mark.parametrize(
+    "config", [pytest.param(SMALL, marks=pytest.mark.slow), pytest.param(DEFAULT, marks=pytest.mark.slow)]
+)
 def test_streamed_step_equals_pocket_tts_streaming_decode(config):
     mimi = build_mimi(config)
     rewritten, lowered = lowered_step(mimi)
