@@ -14,8 +14,6 @@ machine's memory read rate (a 1 GiB sum on as many threads, measured here).
 
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import sys
 import time
@@ -29,7 +27,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.models import CASES  # noqa: E402
-from benchmarks.workers import updated_rows  # noqa: E402
+from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=200)
 GEMM_KINDS = ("Convolution", "Fully Connected")
@@ -187,11 +185,8 @@ def main(
     for case in (c for c in CASES if only.lower() in c.name.lower()):
         rows.append(profile(case, runs))
         report(rows[-1], read_rate)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"threads": threads, "runs": runs, "memory_read_gb_s": read_rate, "machine": platform.machine()}
-    if only:  # a partial run updates its rows in the existing results
-        rows = updated_rows(json_path, "models", "model", rows)
-    json_path.write_text(json.dumps({"meta": meta, "models": rows}, indent=2))
+    partial = "model" if only else None  # a partial run updates its rows in the saved results
+    save_results(json_path, rows, partial, threads=threads, runs=runs, memory_read_gb_s=read_rate)
     console.print(f"wrote {json_path}")
 
 

@@ -19,7 +19,6 @@ is a module or the exported program stock ExecuTorch lowers.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.workers import updated_rows  # noqa: E402
+from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=150)
 
@@ -188,10 +187,7 @@ def main(
             f"{alternative_ms:.3f}",
         )
     console.print(table)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    if only:  # a partial run updates its rows in the existing results
-        rows = updated_rows(json_path, "cases", "case", rows)
-    json_path.write_text(json.dumps({"runs": runs, "cases": rows}, indent=2))
+    save_results(json_path, rows, "case" if only else None, runs=runs)  # a partial run updates its rows
     console.print(f"wrote {json_path}")
 
 

@@ -28,17 +28,12 @@ def worker_rows(script: str, arguments: list[str], status: str, console: Console
         return json.loads(out.read_text())
 
 
-def save_results(path: Path, rows: list[dict], **meta) -> None:
-    """{"meta": meta + the machine, "rows": rows} as JSON at `path`."""
+def save_results(path: Path, rows: list[dict], partial_key: str | None = None, **meta) -> None:
+    """{"meta": meta + the machine, "rows": rows} as JSON at `path`. A partial run (`partial_key`: the
+    field that names a row, e.g. its model) keeps the saved rows it did not measure again."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if partial_key is not None and path.exists():
+        fresh = {row[partial_key] for row in rows}
+        rows = [r for r in json.loads(path.read_text())["rows"] if r[partial_key] not in fresh] + rows
     meta |= {"machine": platform.machine(), "processor": platform.processor()}
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-
-
-def updated_rows(path: Path, section: str, key: str, rows: list[dict]) -> list[dict]:
-    """A partial run's `rows` added to the results at `path` (its list `section`), replacing the
-    rows with the same `key`."""
-    if not path.exists():
-        return rows
-    fresh = {row[key] for row in rows}
-    return [r for r in json.loads(path.read_text())[section] if r[key] not in fresh] + rows
