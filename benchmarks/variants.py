@@ -10,8 +10,10 @@
 - lift_1d: real 1-D decoders (prepared) lowered as phaseconv.lower does, with and without that rule.
 - crop_by_phase: the 2-D generators, their cropped depthwise up-filters computed phase by phase
   (each phase conv reads its own input window) or cropped after the interleave.
+- split_conv: the 1-D decoders with wide convolutions, split by output channel or kept whole.
 
     python benchmarks/variants.py --only lift_1d   # a subset; its rows are updated in the results
+    python benchmarks/variants.py --only split_conv --threads 2
 
 A variant is a rule list (lowered with the stock partitioner) or (rules, to_xnnpack keywords); a case
 is a module or the exported program stock ExecuTorch lowers.
@@ -35,12 +37,13 @@ console = Console(width=150)
 
 def main(
     runs: int = typer.Option(20, help="timed rounds per case (median reported)"),
+    threads: int = typer.Option(1, help="XNNPACK threads"),
     only: str = typer.Option("", help="only cases whose name contains this"),
     json_path: Path = typer.Option(Path("results/variants.json"), "--json", help="where to write the results"),
 ) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
-    set_threads(1)  # before any program is loaded
+    set_threads(threads)  # before any program is loaded
 
     import torch
     from torch import nn
@@ -152,6 +155,18 @@ def main(
             )
         variants = {"crop by phase (phaseconv.lower)": native_elu, "crop after interleave": (crop_after, native_elu[1])}
         cases.append((f"{label} (crop_by_phase)", folded, inputs, variants))
+    whole = (tuple(rule for rule in LOWERING_RULES if rule.name != "split_conv"), native_elu[1])
+    for label, build in (
+        ("DAC decoder 1 s", lambda: transformers_audio.dac_decoder(1.0)),
+        ("HiFi-GAN V1 100 frames", lambda: transformers_audio.hifigan(100, "v1")),
+        ("SpeechT5 HiFi-GAN 100 frames", lambda: transformers_audio.hifigan(100)),
+        ("Mimi decoder 25 frames", lambda: transformers_audio.mimi_latents_decoder(25)),
+    ):
+        if only.lower() not in f"{label} split_conv".lower():
+            continue
+        module, inputs = build()
+        variants = {"split by output channel (phaseconv.lower)": native_elu, "convolutions whole": whole}
+        cases.append((f"{label} (split_conv)", phaseconv.prepare(module), inputs, variants))
     rows = []
     for name, module, inputs, variants in cases:
         if only.lower() not in name.lower():
@@ -172,9 +187,11 @@ def main(
             for label, (program, options) in programs.items()
         }
         times = interleaved_times({k: (lambda p=p, x=inputs: p.run(x)) for k, p in loaded.items()}, runs)
+        if threads != 1:
+            name = f"{name} [{threads} threads]"
         rows.append({"case": name, "ms": {label: median_ms(samples) for label, samples in times.items()}})
 
-    table = Table(title=f"design choices, ExecuTorch XNNPACK, 1 thread, median of {runs} interleaved runs")
+    table = Table(title=f"design choices, ExecuTorch XNNPACK, {threads} thread(s), median of {runs} interleaved runs")
     for column in ("case", "stock ms", "default ms", "alternative", "alternative ms"):
         table.add_column(column)
     for row in rows:

@@ -15,6 +15,7 @@ from phaseconv.rules.reflect_pad import ReflectPadRule
 from phaseconv.rules.rotate_half import RotateHalfRule
 from phaseconv.rules.slice_of_cat import SliceOfCatRule
 from phaseconv.rules.slice_scatter import SliceScatterRule
+from phaseconv.rules.split_conv import SplitConvRule
 from phaseconv.rules.views import ViewRule
 
 DEFAULT_RULES: tuple[Rule, ...] = (
@@ -33,13 +34,17 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     SliceOfCatRule(),
     ConstantOperandRule(),
     Lift1dRule(),
+    SplitConvRule(),
 )
 RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}
 # What phaseconv.lower rewrites with: its lowering delegates fp32 ELU to XNNPACK's own (EluConfig).
 LOWERING_RULES: tuple[Rule, ...] = tuple(EluRule(xnnpack_elu=True) if r.name == "elu" else r for r in DEFAULT_RULES)
-# What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32.
+# What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32,
+# and no split of large float weights (int8 weights are a quarter of the size: measured for fp32).
 PRE_QUANTIZATION_RULES: tuple[Rule, ...] = tuple(
-    ConvTransposeRule(crop_by_phase=False) if r.name == "conv_transpose" else r for r in DEFAULT_RULES
+    ConvTransposeRule(crop_by_phase=False) if r.name == "conv_transpose" else r
+    for r in DEFAULT_RULES
+    if r.name != "split_conv"
 )
 
 __all__ = [

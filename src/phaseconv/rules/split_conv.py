@@ -1,0 +1,113 @@
+"""A 1-D convolution with weights past the cache -> convolutions of 32 or 64 output channels, concatenated.
+
+XNNPACK's convolution walks its output a tile of rows at a time, and for each tile reads every
+output channel's weights. Once the weights pass the core's L2 cache (2 MB here), every tile
+streams them again from further away: DAC's 384- and 768-channel k7 convolutions ran at 49-61
+GMAC/s against 83-88 for its 192-channel ones. Split by output channel, each part's weights stay
+in the cache while the part walks the whole output:
+
+    conv(x, W, b) = cat_k conv(x, W[kP:(k+1)P], b[kP:(k+1)P])        along the channel axis
+
+P is 64, or 32 where 64 channels' weights pass 1 MiB. Every output is the same products summed
+in the same order (bit-identical). Where it pays was measured on this machine, one convolution
+at a time (README, *split_conv*): 1-D kernels of 3 taps or more, 1.5 MiB of weights or more, 100
+output steps or more (1.14-1.40x at 1 thread; a dynamic length at its shortest). It lost on 1-
+and 2-tap kernels (the polyphase convolutions: the cat's copy of a wide output costs more than
+the re-reads), and 2-D 3x3 convolutions gained nothing (0.99-1.01x).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Node
+
+from phaseconv.graph.program import ProgramEditor, size_range
+from phaseconv.rules.base import Skip
+
+aten = torch.ops.aten
+CONVOLUTIONS = (aten.conv1d.default, aten.conv2d.default)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    node: Node
+    bounds: tuple[tuple[int, int], ...]  # output channels [start, stop) of each part
+
+
+class SplitConvRule:
+    """1-D convolutions whose weights outgrow the cache -> parts whose weights fit it."""
+
+    name = "split_conv"
+    stage = 4  # after lift_1d: it sees the 1-D chains as the conv2d they run as
+
+    def __init__(
+        self,
+        min_weight_bytes: int = 3 * 2**19,
+        min_taps: int = 3,
+        min_steps: int = 100,
+        part_bytes: int = 2**20,
+        part_channels: tuple[int, ...] = (64, 32),
+    ):
+        self.min_weight_bytes = min_weight_bytes
+        self.min_taps = min_taps
+        self.min_steps = min_steps
+        self.part_bytes = part_bytes
+        self.part_channels = part_channels  # the widest whose weights stay under part_bytes, else the last
+
+    def matches(self, node: Node) -> bool:
+        return node.op == "call_function" and node.target in CONVOLUTIONS
+
+    def check(self, node: Node, editor: ProgramEditor) -> SplitPlan | Skip:
+        x, weight, bias = (list(node.args) + [None])[:3]
+        groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+        if groups != 1:
+            return Skip(f"grouped convolution ({groups} groups)")
+        constants = [weight] + ([bias] if bias is not None else [])
+        if not all(isinstance(n, Node) and n.op == "placeholder" and editor.is_constant_input(n) for n in constants):
+            return Skip("weight or bias computed in the graph (quantized, or derived): kept as one convolution")
+        out, w = node.meta["val"], weight.meta["val"]
+        if out.dtype != torch.float32 or x.meta["val"].dtype != torch.float32:
+            return Skip(f"{out.dtype} convolution: the cache sizes were measured for float32")
+        steps = out.shape[2]
+        if not all(isinstance(s, int) for s in (*out.shape[:2], *out.shape[3:], *x.meta["val"].shape[:2])):
+            return Skip("a dynamic size other than the length")
+        if not isinstance(steps, int):
+            known = size_range(steps)
+            if known is None:
+                return Skip("a dynamic length with no lower bound: too few steps to pay may come")
+            steps = known[0]  # it must pay at the shortest
+        if out.dim() == 4 and (out.shape[3] != 1 or w.shape[3] != 1):
+            return Skip("2-D convolution: splitting gained nothing measured (0.99-1.01x)")
+        taps = w.shape[2]
+        weight_bytes = w.numel() * w.element_size()
+        if taps < self.min_taps:
+            return Skip(f"{taps}-tap kernel: a short reduction per weight read, splitting lost here")
+        if weight_bytes < self.min_weight_bytes:
+            return Skip(f"{weight_bytes / 2**20:.1f} MiB of weights: they stay in the cache as they are")
+        if steps < self.min_steps:
+            return Skip(f"{steps} output steps: too few weight re-reads to pay for the cat")
+        channel_bytes = weight_bytes // w.shape[0]
+        fitting = [p for p in self.part_channels if p * channel_bytes <= self.part_bytes]
+        part = fitting[0] if fitting else self.part_channels[-1]
+        channels = w.shape[0]
+        if channels < 2 * part:
+            return Skip(f"{channels} output channels: fewer than two parts of {part}")
+        return SplitPlan(node, tuple((a, min(a + part, channels)) for a in range(0, channels, part)))
+
+    def describe(self, plan: SplitPlan) -> str:
+        return f"{len(plan.bounds)} convolutions of {plan.bounds[0][1]} output channels, concatenated"
+
+    def apply(self, plan: SplitPlan, editor: ProgramEditor) -> None:
+        node = plan.node
+        x, weight, bias, *settings = list(node.args) + [None] * (3 - len(node.args))
+        parts = []
+        for a, b in plan.bounds:
+            rows = operator.itemgetter(slice(a, b))
+            part_weight, part_bias = (
+                None if c is None else editor.derived_constant(c, f"out{a}_{b}", rows) for c in (weight, bias)
+            )
+            parts.append(editor.emit(node, node.target, x, part_weight, part_bias, *settings, **node.kwargs))
+        editor.replace([node], editor.emit(node, aten.cat.default, parts, 1))
