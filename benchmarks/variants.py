@@ -10,7 +10,9 @@
 - lift_1d: real 1-D decoders (prepared) lowered as phaseconv.lower does, with and without that rule.
 - crop_by_phase: the 2-D generators, their cropped depthwise up-filters computed phase by phase
   (each phase conv reads its own input window) or cropped after the interleave.
-- split_conv: the 1-D decoders with wide convolutions, split by output channel or kept whole.
+- split_conv: the 1-D decoders with wide convolutions, split by output channel or kept whole; and
+  the models' convolutions one at a time, every one split (the rule's part widths, no thresholds)
+  or whole: where the rule's thresholds come from.
 
     python benchmarks/variants.py --only lift_1d   # a subset; its rows are updated in the results
     python benchmarks/variants.py --only split_conv --threads 2
@@ -52,6 +54,7 @@ def main(
     from phaseconv.models import DEMO_MODELS
     from phaseconv.rules import DEFAULT_RULES, LOWERING_RULES
     from phaseconv.rules.conv_transpose import ConvTransposeRule
+    from phaseconv.rules.split_conv import SplitConvRule
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
@@ -155,6 +158,31 @@ def main(
             )
         variants = {"crop by phase (phaseconv.lower)": native_elu, "crop after interleave": (crop_after, native_elu[1])}
         cases.append((f"{label} (crop_by_phase)", folded, inputs, variants))
+    forced = [SplitConvRule(min_weight_bytes=0, min_taps=1, min_positions=1, spatial_dims=(1, 2))]
+    for label, (c_out, c_in, kernel, dilation, size) in {
+        "DAC 384 k7 d3, 1984 steps": (384, 384, (7, 1), 3, (1984, 1)),
+        "DAC 768 k7 d3, 248 steps": (768, 768, (7, 1), 3, (248, 1)),
+        "DAC 1536->1024 k7, 31 steps": (1536, 1024, (7, 1), 1, (31, 1)),
+        "DAC 768->384 k2, 1985 steps": (768, 384, (2, 1), 1, (1985, 1)),
+        "DAC 192 k7 d3, 7936 steps": (192, 192, (7, 1), 3, (7936, 1)),
+        "HiFi-GAN V1 256 k7 d3, 800 steps": (256, 256, (7, 1), 3, (800, 1)),
+        "HiFi-GAN V1 256 k11 d5, 800 steps": (256, 256, (11, 1), 5, (800, 1)),
+        "HiFi-GAN V1 1024->256 k2, 801 steps": (1024, 256, (2, 1), 1, (801, 1)),
+        "Mimi 1024->512 k7, 50 steps": (1024, 512, (7, 1), 1, (50, 1)),
+        "Mimi 256->512 k3, 400 steps": (256, 512, (3, 1), 1, (400, 1)),
+        "U-Net 256 3x3, 16x16": (256, 256, (3, 3), 1, (16, 16)),
+    }.items():
+        padding = (dilation * (kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
+        conv = nn.Conv2d(c_in, c_out, kernel, padding=padding, dilation=(dilation, 1))
+        variants = {"every one split": forced, "whole": []}
+        cases.append(
+            (
+                f"{label} (split_conv)",
+                nn.Sequential(nn.ReLU(), conv, nn.ReLU()),
+                (torch.randn(1, c_in, *size),),
+                variants,
+            )
+        )
     whole = (tuple(rule for rule in LOWERING_RULES if rule.name != "split_conv"), native_elu[1])
     for label, build in (
         ("DAC decoder 1 s", lambda: transformers_audio.dac_decoder(1.0)),

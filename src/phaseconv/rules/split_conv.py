@@ -18,6 +18,7 @@ the re-reads), and 2-D 3x3 convolutions gained nothing (0.99-1.01x).
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 
@@ -47,18 +48,24 @@ class SplitConvRule:
         self,
         min_weight_bytes: int = 3 * 2**19,
         min_taps: int = 3,
-        min_steps: int = 100,
+        min_positions: int = 100,
         part_bytes: int = 2**20,
         part_channels: tuple[int, ...] = (64, 32),
+        spatial_dims: tuple[int, ...] = (1,),
     ):
         self.min_weight_bytes = min_weight_bytes
         self.min_taps = min_taps
-        self.min_steps = min_steps
+        self.min_positions = min_positions
         self.part_bytes = part_bytes
         self.part_channels = part_channels  # the widest whose weights stay under part_bytes, else the last
+        self.spatial_dims = spatial_dims  # 1: conv1d, or conv2d on [N, C, T, 1]
 
     def matches(self, node: Node) -> bool:
-        return node.op == "call_function" and node.target in CONVOLUTIONS
+        """A convolution with weights of min_weight_bytes or more: smaller ones are no candidates."""
+        if node.op != "call_function" or node.target not in CONVOLUTIONS or not isinstance(node.args[1], Node):
+            return False
+        w = node.args[1].meta["val"]
+        return w.numel() * w.element_size() >= self.min_weight_bytes
 
     def check(self, node: Node, editor: ProgramEditor) -> SplitPlan | Skip:
         x, weight, bias = (list(node.args) + [None])[:3]
@@ -71,25 +78,24 @@ class SplitConvRule:
         out, w = node.meta["val"], weight.meta["val"]
         if out.dtype != torch.float32 or x.meta["val"].dtype != torch.float32:
             return Skip(f"{out.dtype} convolution: the cache sizes were measured for float32")
-        steps = out.shape[2]
         if not all(isinstance(s, int) for s in (*out.shape[:2], *out.shape[3:], *x.meta["val"].shape[:2])):
             return Skip("a dynamic size other than the length")
-        if not isinstance(steps, int):
-            known = size_range(steps)
+        spatial = 1 if out.dim() == 3 or (out.shape[3] == 1 and w.shape[3] == 1) else out.dim() - 2
+        if spatial not in self.spatial_dims:
+            return Skip(f"{spatial}-D convolution: splitting gained nothing measured (0.99-1.01x)")
+        length = out.shape[2]
+        if not isinstance(length, int):
+            known = size_range(length)
             if known is None:
                 return Skip("a dynamic length with no lower bound: too few steps to pay may come")
-            steps = known[0]  # it must pay at the shortest
-        if out.dim() == 4 and (out.shape[3] != 1 or w.shape[3] != 1):
-            return Skip("2-D convolution: splitting gained nothing measured (0.99-1.01x)")
-        taps = w.shape[2]
-        weight_bytes = w.numel() * w.element_size()
+            length = known[0]  # it must pay at the shortest
+        positions = length * math.prod(out.shape[3:])
+        taps = math.prod(w.shape[2:])
         if taps < self.min_taps:
             return Skip(f"{taps}-tap kernel: a short reduction per weight read, splitting lost here")
-        if weight_bytes < self.min_weight_bytes:
-            return Skip(f"{weight_bytes / 2**20:.1f} MiB of weights: they stay in the cache as they are")
-        if steps < self.min_steps:
-            return Skip(f"{steps} output steps: too few weight re-reads to pay for the cat")
-        channel_bytes = weight_bytes // w.shape[0]
+        if positions < self.min_positions:
+            return Skip(f"{positions} output positions: too few weight re-reads to pay for the cat")
+        channel_bytes = math.prod(w.shape[1:]) * w.element_size()
         fitting = [p for p in self.part_channels if p * channel_bytes <= self.part_bytes]
         part = fitting[0] if fitting else self.part_channels[-1]
         channels = w.shape[0]
