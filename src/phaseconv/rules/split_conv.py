@@ -9,11 +9,12 @@ in the cache while the part walks the whole output:
     conv(x, W, b) = cat_k conv(x, W[kP:(k+1)P], b[kP:(k+1)P])        along the channel axis
 
 P is 64, or 32 where 64 channels' weights pass 1 MiB. Every output is the same products summed
-in the same order (bit-identical). Where it pays was measured on this machine, one convolution
-at a time (README, *split_conv*): 1-D kernels of 3 taps or more, 1.5 MiB of weights or more, 100
-output steps or more (1.14-1.40x at 1 thread; a dynamic length at its shortest). It lost on 1-
-and 2-tap kernels (the polyphase convolutions: the cat's copy of a wide output costs more than
-the re-reads), and 2-D 3x3 convolutions gained nothing (0.99-1.01x).
+in the same order (bit-identical). Where it pays was measured on this machine, the models'
+convolutions one at a time (`python benchmarks/variants.py --only split_conv`, 1 thread): 1-D
+kernels of 3 taps or more with 1.5 MiB of weights or more over 100 output steps or more gained
+1.08-1.35x (a dynamic length counts at its shortest); 2-tap phase convolutions lost 6-13% (the
+cat's copy of a wide output costs more than the re-reads), as did a 1.0 MiB one and one of 31
+steps; the U-Net's 2-D 3x3 gained 1.02x, left out unless `spatial_dims` asks for it.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class SplitConvRule:
             return Skip("a dynamic size other than the length")
         spatial = 1 if out.dim() == 3 or (out.shape[3] == 1 and w.shape[3] == 1) else out.dim() - 2
         if spatial not in self.spatial_dims:
-            return Skip(f"{spatial}-D convolution: splitting gained nothing measured (0.99-1.01x)")
+            return Skip(f"{spatial}-D convolution: splitting gained 1.02x at most here (spatial_dims)")
         length = out.shape[2]
         if not isinstance(length, int):
             known = size_range(length)
