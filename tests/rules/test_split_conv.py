@@ -70,7 +70,8 @@ def test_weights_that_fit_the_cache_are_no_candidates():
 def test_quantized_convolutions_are_left_whole():
     x = torch.randn(1, 384, 240)
     qep = quantize(nn.Sequential(nn.Conv1d(384, 384, 7, padding=3), nn.ReLU()).eval(), [(x,)], rewrite_first=True)
-    assert not any(d.applied for d in decisions_of("split_conv", qep))
+    (decision,) = decisions_of("split_conv", qep)
+    assert not decision.applied and "quantized" in decision.reason, decision
     assert [n for n in qep.graph.nodes if n.target == aten.cat.default] == []
 
 
