@@ -126,19 +126,29 @@ def main(
     ]
     from phaseconv.models import transformers_audio
 
-    without_lift = tuple(rule for rule in LOWERING_RULES if rule.name != "lift_1d")
-    for label, build in (
-        ("Mimi decoder 25 frames", lambda: transformers_audio.mimi_latents_decoder(25)),
-        ("SpeechT5 HiFi-GAN 100 frames", lambda: transformers_audio.hifigan(100)),
-        ("EnCodec 24 kHz decoder 1 s", lambda: transformers_audio.encodec_decoder(1.0)),
-        ("DAC decoder 1 s", lambda: transformers_audio.dac_decoder(1.0)),
-    ):
-        if only.lower() not in f"{label} lift_1d".lower():
-            continue
-        module, inputs = build()
-        left_3d = (without_lift, {"xnnpack_elu": True})
-        variants = {"lift_1d (phaseconv.lower)": native_elu, "1-D convs left 3-D": left_3d}
-        cases.append((f"{label} (lift_1d)", phaseconv.prepare(module), inputs, variants))
+    decoders = {
+        "Mimi decoder 25 frames": lambda: transformers_audio.mimi_latents_decoder(25),
+        "SpeechT5 HiFi-GAN 100 frames": lambda: transformers_audio.hifigan(100),
+        "HiFi-GAN V1 100 frames": lambda: transformers_audio.hifigan(100, "v1"),
+        "EnCodec 24 kHz decoder 1 s": lambda: transformers_audio.encodec_decoder(1.0),
+        "DAC decoder 1 s": lambda: transformers_audio.dac_decoder(1.0),
+    }
+
+    def with_and_without(rule: str, labels: tuple[str, ...], applied: str, left: str) -> None:
+        """Real decoders (prepared) lowered as phaseconv.lower does, and the same without `rule`."""
+        without = (tuple(r for r in LOWERING_RULES if r.name != rule), native_elu[1])
+        for label in labels:
+            if only.lower() in f"{label} {rule}".lower():
+                module, inputs = decoders[label]()
+                variants = {applied: native_elu, left: without}
+                cases.append((f"{label} ({rule})", phaseconv.prepare(module), inputs, variants))
+
+    with_and_without(
+        "lift_1d",
+        ("Mimi decoder 25 frames", "SpeechT5 HiFi-GAN 100 frames", "EnCodec 24 kHz decoder 1 s", "DAC decoder 1 s"),
+        "lift_1d (phaseconv.lower)",
+        "1-D convs left 3-D",
+    )
     from phaseconv.models import image, stylegan
 
     crop_after = tuple(
@@ -183,18 +193,12 @@ def main(
                 variants,
             )
         )
-    whole = (tuple(rule for rule in LOWERING_RULES if rule.name != "split_conv"), native_elu[1])
-    for label, build in (
-        ("DAC decoder 1 s", lambda: transformers_audio.dac_decoder(1.0)),
-        ("HiFi-GAN V1 100 frames", lambda: transformers_audio.hifigan(100, "v1")),
-        ("SpeechT5 HiFi-GAN 100 frames", lambda: transformers_audio.hifigan(100)),
-        ("Mimi decoder 25 frames", lambda: transformers_audio.mimi_latents_decoder(25)),
-    ):
-        if only.lower() not in f"{label} split_conv".lower():
-            continue
-        module, inputs = build()
-        variants = {"split by output channel (phaseconv.lower)": native_elu, "convolutions whole": whole}
-        cases.append((f"{label} (split_conv)", phaseconv.prepare(module), inputs, variants))
+    with_and_without(
+        "split_conv",
+        ("DAC decoder 1 s", "HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames", "Mimi decoder 25 frames"),
+        "split by output channel (phaseconv.lower)",
+        "convolutions whole",
+    )
     rows = []
     for name, module, inputs, variants in cases:
         if only.lower() not in name.lower():

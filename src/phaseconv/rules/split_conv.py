@@ -69,7 +69,7 @@ class SplitConvRule:
         return w.numel() * w.element_size() >= self.min_weight_bytes
 
     def check(self, node: Node, editor: ProgramEditor) -> SplitPlan | Skip:
-        x, weight, bias = (list(node.args) + [None])[:3]
+        x, weight, bias, *_ = list(node.args) + [None] * (3 - len(node.args))
         groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
         if groups != 1:
             return Skip(f"grouped convolution ({groups} groups)")
