@@ -9,10 +9,10 @@ import phaseconv
 from phaseconv.quantize import quantize
 from phaseconv.rules.split_conv import SplitConvRule
 from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
-from tests.helpers import assert_one_partition_matching, decisions_of, export, run
+from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
 
 aten = torch.ops.aten
-WITHOUT_SPLIT = [name for name in phaseconv.rules.RULES_BY_NAME if name != "split_conv"]
+WITHOUT_SPLIT = [rule for rule in phaseconv.rules.DEFAULT_RULES if rule.name != "split_conv"]
 
 
 class WideUnit(nn.Module):
@@ -40,7 +40,9 @@ def test_parts_of_64_channels_give_the_same_values_bit_for_bit_through_the_runti
     assert decision.applied and "4 convolutions of 64 output channels" in decision.detail, decision
     rewritten = phaseconv.rewrite(ep, rules)
     assert conv_outputs(rewritten) == [64, 64, 64, 8, 200]  # the last part takes what is left
-    torch.testing.assert_close(run(rewritten, x), run(ep, x), rtol=0, atol=0)
+    # eager: PyTorch's CPU convolution picks its blocking by the output width, so the parts may round
+    # differently there (they do on an AVX2 machine); XNNPACK sums each output in the same order
+    assert_close(run(rewritten, x), run(ep, x))
     _, (split,) = assert_one_partition_matching(rewritten, ep, x, scaled=True)
     (whole,) = LoadedProgram(to_xnnpack(phaseconv.rewrite(ep, WITHOUT_SPLIT)).buffer).run((x,))
     torch.testing.assert_close(split, whole, rtol=0, atol=0)
