@@ -55,6 +55,17 @@ def test_lower_rejects_bad_arguments(program):
         phaseconv.lower(ep, backend="coreml")
     with pytest.raises(TypeError, match="ExportedProgram"):
         phaseconv.lower(torch.nn.Linear(2, 2))
+    with pytest.raises(phaseconv.PhaseconvError, match="unknown target 'arm64'; choose one of any, x86-fma3, host"):
+        phaseconv.lower(ep, target="arm64")
+
+
+def test_the_host_target_is_one_the_rules_know(monkeypatch):
+    from phaseconv.rules import TARGET_RULES
+    from phaseconv.targets import host_target, resolve_target
+
+    assert resolve_target("host") == host_target() in TARGET_RULES
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    assert host_target() == "any"  # im2col only where XNNPACK's IGEMM was measured slow
 
 
 def test_inspect_names_a_bad_file(tmp_path):

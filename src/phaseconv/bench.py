@@ -16,7 +16,9 @@ from pathlib import Path
 from phaseconv.errors import PhaseconvError
 
 
-def run_worker(spec: str, threads: int, runs: int, out: Path, prepare: bool = True, lengths: tuple = ()) -> None:
+def run_worker(
+    spec: str, threads: int, runs: int, out: Path, prepare: bool = True, lengths: tuple = (), target: str = "host"
+) -> None:
     """Lower once; time at the example inputs, or at each of `lengths` of a dynamic program."""
     from phaseconv.runtimes.executorch import set_threads
 
@@ -28,7 +30,7 @@ def run_worker(spec: str, threads: int, runs: int, out: Path, prepare: bool = Tr
     cases = {None: source.inputs} | {n: inputs_at_length(source.program, source.inputs, n) for n in lengths}
     if lengths:
         del cases[None]
-    comparison = lower_stock_and_rewritten(source.program, source.inputs)
+    comparison = lower_stock_and_rewritten(source.program, source.inputs, target)
     results = []
     for length, inputs in cases.items():
         at_length = checked_on(comparison, source.program, inputs)
@@ -44,14 +46,25 @@ def bench(
     on_round: Callable[[], None] = lambda: None,
     prepare: bool = True,
     lengths: tuple[int, ...] = (),
+    target: str = "host",
 ) -> list[dict]:
-    """One result per thread count (and length of a dynamic program: `lengths`); `on_round` is
-    called after every timed round of every worker."""
+    """One result per thread count (and length of a dynamic program: `lengths`), phaseconv's program
+    lowered for `target`; `on_round` is called after every timed round of every worker."""
     results = []
     for count in threads:
         with tempfile.TemporaryDirectory() as folder:
             out = Path(folder) / "result.json"
-            command = [sys.executable, "-m", "phaseconv.bench", spec, str(count), str(runs), str(out), str(prepare)]
+            command = [
+                sys.executable,
+                "-m",
+                "phaseconv.bench",
+                spec,
+                str(count),
+                str(runs),
+                str(out),
+                str(prepare),
+                target,
+            ]
             command += [str(n) for n in lengths]
             worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for line in worker.stdout:
@@ -91,9 +104,9 @@ def plot(results: list[dict], path) -> None:
 
 
 if __name__ == "__main__":
-    spec, threads, runs, out, prepare, *lengths = sys.argv[1:]
+    spec, threads, runs, out, prepare, target, *lengths = sys.argv[1:]
     try:
-        run_worker(spec, int(threads), int(runs), Path(out), prepare == "True", tuple(map(int, lengths)))
+        run_worker(spec, int(threads), int(runs), Path(out), prepare == "True", tuple(map(int, lengths)), target)
     except PhaseconvError as error:
         print(f"phaseconv: error: {error}", file=sys.stderr)
         sys.exit(2)

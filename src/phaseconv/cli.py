@@ -14,6 +14,7 @@ from rich.table import Table
 
 from phaseconv.errors import PhaseconvError, known_cause, parked_stderr
 from phaseconv.report import decisions_table
+from phaseconv.targets import TARGETS, host_target, resolve_target
 
 MODEL_HELP = (
     "a torch.export.save file (.pt2); or module.path:factory naming a Python function that returns "
@@ -28,6 +29,10 @@ state = {"debug": False}
 
 
 PREPARE_HELP = "export a module as built, without phaseconv.prepare (weight_norm baked, conv settings static)"
+TARGET_HELP = (
+    f"the CPU the program is for ({', '.join(TARGETS)}): x86-fma3 also runs convolutions as GEMMs (im2col), "
+    "for x86-64 CPUs without AVX-512; host: this one"
+)
 
 
 @app.callback()
@@ -171,6 +176,7 @@ def lower(
     calibration: Path | None = typer.Option(
         None, "--calibration", help="a folder of .npy files (one input each) or .npz files (one input set each)"
     ),
+    target: str = typer.Option("any", help=TARGET_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
@@ -179,6 +185,7 @@ def lower(
     from phaseconv.quantize import calibration_sets
 
     require_backend(backend)  # all before loading the model, which can take long
+    resolve_target(target)
     require_folder(output)
     if quantize is not None and quantize not in QUANTIZE_MODES:
         raise PhaseconvError(f"--quantize takes {' or '.join(QUANTIZE_MODES)}, got {quantize!r}")
@@ -190,7 +197,9 @@ def lower(
         program = source.program
         if quantize is not None:
             program = _quantized(source, quantize, sets)
-        lowered = lower_program(program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants)
+        lowered = lower_program(
+            program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants, target=target
+        )
         summaries = {"phaseconv" if not no_rewrite else "stock": lowered.summary}
         if not no_rewrite:  # the stock lowering beside it: cheap for the models this is for
             summaries = {"stock": lower_program(program, rewrite=False).summary, **summaries}
@@ -213,6 +222,8 @@ def lower(
     if snr is not None:
         console.print(f"{quantize} output against fp32 eager on the example inputs: SNR {snr:.1f} dB", highlight=False)
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
+    if target == "any" and not no_rewrite and host_target() != "any":
+        console.print(f"for this CPU: --target host ({host_target()}) runs convolutions as GEMMs", highlight=False)
 
 
 @app.command()
@@ -326,6 +337,7 @@ def bench(
     lengths: str | None = typer.Option(
         None, "--lengths", help="a program with a dynamic size: run it at these values of that size, e.g. 7,20,50"
     ),
+    target: str = typer.Option("host", help=TARGET_HELP),
 ) -> None:
     """Time the stock and the rewritten program through the ExecuTorch runtime, interleaved."""
     from phaseconv.bench import bench as run_bench
@@ -334,6 +346,7 @@ def bench(
     from phaseconv.models.loading import inputs_at_length
 
     counts = _integers(threads, "--threads")
+    resolve_target(target)
     for path in (json_path, plot_path):
         if path is not None:
             require_folder(path)
@@ -345,7 +358,13 @@ def bench(
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"timing {model}", total=runs * len(counts) * max(1, len(sizes)))
         results = run_bench(
-            model, counts, runs, on_round=lambda: progress.advance(task), prepare=not no_prepare, lengths=sizes
+            model,
+            counts,
+            runs,
+            on_round=lambda: progress.advance(task),
+            prepare=not no_prepare,
+            lengths=sizes,
+            target=target,
         )
     table = Table(title=f"{model}: ExecuTorch XNNPACK, median of {runs} interleaved runs")
     columns = ("threads", "length") if sizes else ("threads",)

@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 import torch
 from torch.export import ExportedProgram
 
+from phaseconv.lowering import lower
 from phaseconv.report import Decision
-from phaseconv.rewrite import rewrite_with_report
-from phaseconv.rules import LOWERING_RULES
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
-from phaseconv.runtimes.pte import DelegationSummary, summarize_pte
+from phaseconv.runtimes.executorch import LoadedProgram
+from phaseconv.runtimes.pte import DelegationSummary
 from phaseconv.runtimes.timing import interleaved_times, median_ms
 
 
@@ -61,14 +60,15 @@ def _flat(outputs) -> list[torch.Tensor]:
     return [t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)]
 
 
-def lower_stock_and_rewritten(ep: ExportedProgram, inputs: tuple[torch.Tensor, ...]) -> Comparison:
-    """Lower `ep` as it is and after phaseconv.rewrite; run each once through the runtime."""
-    rewritten, decisions = rewrite_with_report(ep, LOWERING_RULES)
-    variants = {}
-    for name, program in (("stock", ep), ("phaseconv", rewritten)):
-        buffer = to_xnnpack(program, xnnpack_elu=name == "phaseconv").buffer
-        variants[name] = Variant(name, summarize_pte(buffer), LoadedProgram(buffer))
-    return checked_on(Comparison(decisions, [], variants), ep, inputs)
+def lower_stock_and_rewritten(
+    ep: ExportedProgram, inputs: tuple[torch.Tensor, ...], target: str = "host"
+) -> Comparison:
+    """Lower `ep` as phaseconv.lower does for `target` (this machine unless told) and as it is;
+    run each once through the runtime."""
+    fast = lower(ep, target=target)
+    lowered = {"stock": lower(ep, rewrite=False), "phaseconv": fast}
+    variants = {name: Variant(name, p.summary, LoadedProgram(p.buffer)) for name, p in lowered.items()}
+    return checked_on(Comparison(fast.decisions, [], variants), ep, inputs)
 
 
 def checked_on(comparison: Comparison, ep: ExportedProgram, inputs: tuple[torch.Tensor, ...]) -> Comparison:

@@ -13,6 +13,7 @@ from torch.export import ExportedProgram
 from phaseconv.errors import PhaseconvError
 from phaseconv.report import Decision
 from phaseconv.rewrite import require_program, rewrite_with_report
+from phaseconv.targets import resolve_target
 
 if TYPE_CHECKING:  # executorch is imported only when a program is lowered or read
     from phaseconv.runtimes.pte import DelegationSummary
@@ -75,19 +76,26 @@ def write_atomically(path: Path, content: bytes) -> None:
 
 
 def lower(
-    ep: ExportedProgram, *, rewrite: bool = True, backend: str = "xnnpack", external_constants: bool = False
+    ep: ExportedProgram,
+    *,
+    rewrite: bool = True,
+    backend: str = "xnnpack",
+    external_constants: bool = False,
+    target: str = "any",
 ) -> LoweredProgram:
-    """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`."""
+    """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`, tuned for the
+    CPU `target` ("any", "x86-fma3" or "host": phaseconv.targets)."""
     require_program(ep)
     require_backend(backend)
-    from phaseconv.rules import LOWERING_RULES
-    from phaseconv.runtimes.executorch import external_data, to_xnnpack
+    from phaseconv.rules import TARGET_RULES
+    from phaseconv.runtimes.executorch import PHASECONV_LOWERING, external_data, to_xnnpack
     from phaseconv.runtimes.pte import summarize_pte
 
+    rules = TARGET_RULES[resolve_target(target)]
     decisions: list[Decision] = []
-    if rewrite:  # with XNNPACK's own ELU enabled (rules/elu.py); rewrite=False is the stock lowering
-        ep, decisions = rewrite_with_report(ep, LOWERING_RULES)
-    manager = to_xnnpack(ep, external_constants=external_constants, xnnpack_elu=rewrite)
+    if rewrite:  # then lowered with XNNPACK's own ELU and shape chains on the buffer; else the stock lowering
+        ep, decisions = rewrite_with_report(ep, rules)
+    manager = to_xnnpack(ep, external_constants=external_constants, **(PHASECONV_LOWERING if rewrite else {}))
     data_files = external_data(manager)
     data = b"".join(data_files.values()) if data_files else None
     if len(data_files) > 1:

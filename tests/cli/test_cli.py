@@ -129,6 +129,7 @@ def bad_files(tmp_path, pt2, pte):
         ("factory_returns_junk", ["must return (nn.Module, example_inputs)"]),
         ("unexportable", ["torch.export failed"]),
         ("unknown_backend", ["unknown backend 'coreml'"]),
+        ("unknown_target", ["unknown target 'arm64'", "any, x86-fma3, host"]),
         ("missing_folder", ["does not exist"]),
         ("folder_is_a_file", ["cannot write"]),
     ],
@@ -143,6 +144,7 @@ def test_lower_bad_input(case, words, tmp_path, bad_files, pt2):
         "factory_returns_junk": ["tests.cli.factories:not_a_model"],
         "unexportable": ["tests.cli.factories:unexportable"],
         "unknown_backend": [pt2, "--backend", "coreml"],
+        "unknown_target": [pt2, "--target", "arm64"],
         "missing_folder": [pt2],
         "folder_is_a_file": [pt2],
     }[case]

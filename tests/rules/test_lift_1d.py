@@ -10,7 +10,7 @@ from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
 
 aten = torch.ops.aten
-WITHOUT_LIFT = [name for name in phaseconv.rules.RULES_BY_NAME if name != "lift_1d"]
+WITHOUT_LIFT = [rule for rule in phaseconv.rules.DEFAULT_RULES if rule.name != "lift_1d"]
 
 
 class ResidualUnit(nn.Module):

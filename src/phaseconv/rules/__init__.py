@@ -6,6 +6,7 @@ from phaseconv.rules.constant_operands import ConstantOperandRule
 from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.elu import EluRule
 from phaseconv.rules.fold_constants import FoldConstantsRule
+from phaseconv.rules.im2col import Im2colRule
 from phaseconv.rules.layer_norm import LayerNormRule
 from phaseconv.rules.lift_1d import Lift1dRule
 from phaseconv.rules.lstm import LstmRule
@@ -36,9 +37,20 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Lift1dRule(),
     SplitConvRule(),
 )
-RULES_BY_NAME = {rule.name: rule for rule in DEFAULT_RULES}
-# What phaseconv.lower rewrites with: its lowering delegates fp32 ELU to XNNPACK's own (EluConfig).
-LOWERING_RULES: tuple[Rule, ...] = tuple(EluRule(xnnpack_elu=True) if r.name == "elu" else r for r in DEFAULT_RULES)
+RULES_BY_NAME = {rule.name: rule for rule in (*DEFAULT_RULES, Im2colRule())}
+# What phaseconv.lower rewrites with: its lowering delegates fp32 ELU to XNNPACK's own (EluConfig) and
+# moves view chains on the channels-last buffer, so the ops after an interleave can stay lifted.
+LOWERING_RULES: tuple[Rule, ...] = tuple(
+    {"elu": EluRule(xnnpack_elu=True), "lift_1d": Lift1dRule(through_views=True)}.get(r.name, r) for r in DEFAULT_RULES
+)
+# ... and for a CPU whose XNNPACK convolutions run at half its GEMM speed (phaseconv.targets): im2col
+# before split_conv, so a convolution it turns into a GEMM is not split first.
+TARGET_RULES: dict[str, tuple[Rule, ...]] = {
+    "any": LOWERING_RULES,
+    "x86-fma3": tuple(
+        r for rule in LOWERING_RULES for r in ((Im2colRule(), rule) if rule.name == "split_conv" else (rule,))
+    ),
+}
 # What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32,
 # and no split of large float weights (int8 weights are a quarter of the size: measured for fp32).
 PRE_QUANTIZATION_RULES: tuple[Rule, ...] = tuple(
@@ -52,6 +64,7 @@ __all__ = [
     "LOWERING_RULES",
     "PRE_QUANTIZATION_RULES",
     "RULES_BY_NAME",
+    "TARGET_RULES",
     "Rule",
     "Skip",
     "resolve_rules",

@@ -97,14 +97,31 @@ def _inferred(shape) -> list[int]:
     return [size if isinstance(size, int) else -1 for size in shape]
 
 
-def _downstream(graph) -> set[Node]:
-    """Eligible ops that are 1-D convs or read one through eligible ops. The ops before a region's
-    first conv stay 3-D: a pad there would run on an NCHW [N, C, T, 1] tensor, one element per row
-    (Mimi: 42 ms for one pad that takes 1 ms on [N, C, T])."""
-    found = set()
+SHAPE_CHAIN = {*VIEWS, aten.reshape.default, aten.permute.default, aten.permute_copy.default, aten.transpose.int}
+
+
+def _chain_source(node: Node) -> Node | None:
+    """The value a chain of views and permutes ending at the 3-D float `node` starts from (a 1-D
+    polyphase interleave: view, permute, view), or None when `node` ends no such chain."""
+    if node.op != "call_function" or node.target not in SHAPE_CHAIN or not _float_3d(node):
+        return None
+    while node.op == "call_function" and node.target in SHAPE_CHAIN:
+        node = node.args[0]
+    return node
+
+
+def _downstream(graph, through_views: bool = False) -> set[Node]:
+    """Eligible ops that are 1-D convs or read one through eligible ops (with `through_views`,
+    also through a chain of views and permutes: an interleave). The ops before a region's first
+    conv stay 3-D: a pad there would run on an NCHW [N, C, T, 1] tensor, one element per row
+    (Mimi: 42 ms for one pad that takes 1 ms on [N, C, T]), unless the lowering moves the chain
+    on the channels-last buffer (phaseconv.lower's shape chains), so the pad stays channels-last."""
+    found, chain_ends = set(), set()
     for node in graph.nodes:
-        if _eligible(node) and (_is_1d_conv(node) or any(n in found for n in node.all_input_nodes)):
+        if _eligible(node) and (_is_1d_conv(node) or any(n in found or n in chain_ends for n in node.all_input_nodes)):
             found.add(node)
+        elif through_views and _chain_source(node) in found:
+            chain_ends.add(node)
     return found
 
 
@@ -121,16 +138,22 @@ def _region(seed: Node, lifted: set[Node]) -> list[Node]:
 
 
 class Lift1dRule:
-    """Regions of conv1d and elementwise ops -> conv2d and the same ops on [N, C, T, 1]."""
+    """Regions of conv1d and elementwise ops -> conv2d and the same ops on [N, C, T, 1].
+
+    through_views: the ops after a view chain of a lifted value (an interleave) are lifted too;
+    for a lowering that moves such chains on the channels-last buffer (phaseconv.lower)."""
 
     name = "lift_1d"
     stage = 3  # after the rewrites and clean-ups: it sees the polyphase convs and ELU as emitted
+
+    def __init__(self, through_views: bool = False):
+        self.through_views = through_views
 
     def candidates(self, editor: ProgramEditor) -> list[Node]:
         """The first 1-D convolution of each region of two or more: a conv alone gains nothing, its
         views in and out are the unsqueeze and squeeze ExecuTorch puts there itself."""
         order = {node: index for index, node in enumerate(editor.graph.nodes)}
-        lifted = _downstream(editor.graph)
+        lifted = _downstream(editor.graph, self.through_views)
         seen, leaders = set(), []
         for node in editor.graph.nodes:
             if _is_1d_conv(node) and node not in seen and node in lifted:
@@ -146,7 +169,7 @@ class Lift1dRule:
 
     def check(self, node: Node, editor: ProgramEditor) -> LiftPlan | Skip:
         order = {n: index for index, n in enumerate(editor.graph.nodes)}
-        region = sorted(_region(node, _downstream(editor.graph)), key=order.get)
+        region = sorted(_region(node, _downstream(editor.graph, self.through_views)), key=order.get)
         for member in region:
             if _is_1d_conv(member):
                 try:

@@ -8,6 +8,7 @@ Runtime facts this module encodes (executorch 1.5.1):
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from torch.export.graph_signature import InputKind
 
 from phaseconv.errors import PhaseconvError
 from phaseconv.graph.program import copy_program, declared_ranges_kept
+from phaseconv.runtimes.xnnpack_layout import shape_chains_on_buffer
 
 _threads_locked = False
 
@@ -40,21 +42,25 @@ def set_threads(count: int) -> None:
 
 
 EXTERNAL_TAG = "_default_external_constant"
+# What phaseconv.lower adds to the stock lowering: XNNPACK's own ELU, shape chains moved on the buffer.
+PHASECONV_LOWERING = {"xnnpack_elu": True, "shape_chains": True}
 
 
 def to_xnnpack(
-    ep: ExportedProgram, external_constants: bool = False, xnnpack_elu: bool = False
+    ep: ExportedProgram, external_constants: bool = False, xnnpack_elu: bool = False, shape_chains: bool = False
 ) -> ExecutorchProgramManager:
     """Stock lowering: every op XNNPACK takes goes to its delegate, the rest runs portable.
 
     With external_constants, every constant (delegated or not) is tagged for the .ptd data file.
     With xnnpack_elu, ELU goes to XNNPACK's own ELU: ExecuTorch ships its config (EluConfig) and
-    serializer but leaves it out of the partitioner's default list.
+    serializer but leaves it out of the partitioner's default list. With shape_chains, chains of
+    views and permutes in the delegate move its buffers at most once (runtimes/xnnpack_layout.py).
     """
     if external_constants:
         ep = _tag_constants_external(ep)
     configs = [*ALL_PARTITIONER_CONFIGS, EluConfig] if xnnpack_elu else None
-    with declared_ranges_kept(ep):
+    chains = shape_chains_on_buffer() if shape_chains else contextlib.nullcontext()
+    with declared_ranges_kept(ep), chains:
         edge = to_edge_transform_and_lower(
             ep,
             partitioner=[XnnpackPartitioner(configs=configs)],

@@ -1,0 +1,85 @@
+"""Shape chains moved on the buffer inside the XNNPACK delegate: the same bits, fewer transposes."""
+
+import pytest
+import torch
+from torch import nn
+
+import phaseconv
+from phaseconv.rules import LOWERING_RULES
+from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.pte import summarize_pte
+from tests.helpers import assert_close, export, run
+
+
+class Upsampler1d(nn.Module):
+    """conv -> transposed conv (its interleave) -> SEANet's residual unit (ELU, pad, conv, ELU, conv)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Conv1d(16, 16, 3, padding=1)
+        self.up = nn.ConvTranspose1d(16, 8, 8, stride=4, padding=2)
+        self.unit = nn.Sequential(nn.Conv1d(8, 4, 3), nn.ELU(), nn.Conv1d(4, 8, 1))
+
+    def forward(self, x):
+        y = self.up(nn.functional.elu(self.head(x)))
+        return y + self.unit(nn.functional.pad(nn.functional.elu(y), [2, 0]))
+
+
+class Upsampler2d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Conv2d(8, 8, 3, padding=1)
+        self.up = nn.ConvTranspose2d(8, 4, 4, stride=2, padding=1)
+        self.tail = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.tail(nn.functional.relu(self.up(nn.functional.relu(self.head(x)))))
+
+
+class Attention(nn.Module):
+    """Heads split and merged with transposes, as transformers' attention layers do."""
+
+    def __init__(self, width=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.out = (nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        q, k, v = (p(x).view(batch, length, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(batch, length, width))
+
+
+CASES = {
+    "1-D interleave": (Upsampler1d, (1, 16, 40)),
+    "2-D interleave": (Upsampler2d, (1, 8, 12, 10)),
+    "attention heads": (Attention, (1, 20, 32)),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_same_bits_with_fewer_transposes(name):
+    build, shape = CASES[name]
+    torch.manual_seed(0)
+    module, x = build(), torch.randn(shape)
+    ep = export(module, x)
+    programs = {}
+    for chains in (False, True):
+        buffer = to_xnnpack(phaseconv.rewrite(ep, LOWERING_RULES), xnnpack_elu=True, shape_chains=chains).buffer
+        programs[chains] = (summarize_pte(buffer), LoadedProgram(buffer).run((x,))[0])
+    (before, stock_out), (after, out) = programs[False], programs[True]
+    assert after.partitions == 1 and not after.outside
+    assert after.layout_transposes < before.layout_transposes, (before.inside, after.inside)
+    assert torch.equal(out, stock_out)  # data movement only: bit for bit
+    assert_close(out, run(ep, x))
+
+
+def test_phaseconv_lower_moves_the_1d_interleave_without_a_transpose():
+    """In NHWC the phase-major convolution output is already the interleaved signal: the only
+    transposes left are the program input's and output's."""
+    x = torch.randn(1, 16, 40)
+    module = Upsampler1d()
+    lowered = phaseconv.lower(export(module, x))
+    assert lowered.summary.layout_transposes == 2, lowered.summary.inside
+    assert_close(LoadedProgram(lowered.buffer).run((x,))[0], run(export(module, x), x))
