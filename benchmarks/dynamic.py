@@ -51,7 +51,10 @@ def measure(name, build, axis, shortest, longest, lengths, runs) -> list[dict]:
     module = phaseconv.prepare(module)
     with torch.no_grad():
         dynamic = torch.export.export(module, (example,), dynamic_shapes=({axis: Dim("t", min=shortest, max=longest)},))
-    lowered = {"stock dynamic": phaseconv.lower(dynamic, rewrite=False), "phaseconv dynamic": phaseconv.lower(dynamic)}
+    lowered = {
+        "stock dynamic": phaseconv.lower(dynamic, rewrite=False),
+        "phaseconv dynamic": phaseconv.lower(dynamic, target="host"),
+    }
     loaded = {n: LoadedProgram(p.buffer) for n, p in lowered.items()}
     declined = [d.to_dict() for d in lowered["phaseconv dynamic"].decisions if not d.applied]
     rows = []
@@ -61,7 +64,7 @@ def measure(name, build, axis, shortest, longest, lengths, runs) -> list[dict]:
         x = torch.randn(shape, generator=torch.Generator().manual_seed(length))
         with torch.no_grad():
             expected = module(x)
-            static = phaseconv.lower(torch.export.export(module, (x,)))
+            static = phaseconv.lower(torch.export.export(module, (x,)), target="host")
         programs = {**loaded, "phaseconv static": LoadedProgram(static.buffer)}
         errors = {n: float((p.run((x,))[0] - expected).abs().max() / expected.abs().max()) for n, p in programs.items()}
         times = interleaved_times({n: partial(p.run, (x,)) for n, p in programs.items()}, runs, 2)

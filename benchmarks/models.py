@@ -14,7 +14,6 @@ worker process (this script with --worker).
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.workers import machine, saved_rows  # noqa: E402
 from phaseconv.models import image, stylegan, transformers_audio, unet  # noqa: E402
+from phaseconv.targets import host_target  # noqa: E402
 
 # The stock program phaseconv is compared with: the model as built when it lowers; if it does not
 # (tensor-valued conv settings), with only those made static; then the prepared model; then folded.
@@ -81,8 +82,8 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
 
     import phaseconv
     from phaseconv.rewrite import rewrite_with_report
-    from phaseconv.rules import LOWERING_RULES
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.rules import TARGET_RULES
+    from phaseconv.runtimes.executorch import PHASECONV_LOWERING, LoadedProgram, to_xnnpack
     from phaseconv.runtimes.onnxruntime import OrtSession
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
@@ -101,13 +102,13 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
             programs["stock, weight_norm kept"] = torch.export.export(static, inputs)
     ep = torch.export.export(prepared, inputs)
     programs["stock, prepared"] = ep
-    fast, decisions = rewrite_with_report(ep, LOWERING_RULES)  # as phaseconv.lower does
+    fast, decisions = rewrite_with_report(ep, TARGET_RULES[host_target()])  # as phaseconv.lower(target="host")
     programs["phaseconv"] = fast
     loaded, summaries, errors = {}, {}, {}
 
     def lower_and_run(name, program) -> bool:
         try:
-            buffer = to_xnnpack(program, xnnpack_elu=name == "phaseconv").buffer
+            buffer = to_xnnpack(program, **(PHASECONV_LOWERING if name == "phaseconv" else {})).buffer
         except Exception as error:
             failures[name] = f"lowering: {_first_line(error)}"
             return False
@@ -274,9 +275,9 @@ def main(
     json_path.parent.mkdir(parents=True, exist_ok=True)
     if only and json_path.exists():  # a partial run updates its rows in the existing results
         fresh = {(row["model"], row["threads"]) for row in rows}
-        kept = [r for r in json.loads(json_path.read_text())["models"] if (r["model"], r["threads"]) not in fresh]
+        kept = [r for r in saved_rows(json_path, "models") if (r["model"], r["threads"]) not in fresh]
         rows = sorted(kept + rows, key=lambda r: (r["threads"], [c.name for c in CASES].index(r["model"])))
-    meta = {"runs": runs, "machine": platform.machine(), "processor": platform.processor()}
+    meta = {"runs": runs, "target": host_target(), **machine()}
     json_path.write_text(json.dumps({"meta": meta, "models": rows}, indent=2))
     plot(rows, plot_path)
     console.print(f"wrote {json_path} and {plot_path}")

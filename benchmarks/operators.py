@@ -110,13 +110,16 @@ def profile(case, runs: int) -> dict:
 
     import phaseconv
     from phaseconv.rewrite import rewrite_with_report
-    from phaseconv.rules import LOWERING_RULES
+    from phaseconv.rules import TARGET_RULES
     from phaseconv.runtimes.etdump import operator_times
-    from phaseconv.runtimes.executorch import to_xnnpack
+    from phaseconv.runtimes.executorch import PHASECONV_LOWERING, to_xnnpack
+    from phaseconv.targets import host_target
 
     module, inputs = case.build()
-    program, _ = rewrite_with_report(torch.export.export(phaseconv.prepare(module), inputs), LOWERING_RULES)
-    times = operator_times(to_xnnpack(program, xnnpack_elu=True).buffer, inputs, runs)
+    program, _ = rewrite_with_report(
+        torch.export.export(phaseconv.prepare(module), inputs), TARGET_RULES[host_target()]
+    )
+    times = operator_times(to_xnnpack(program, **PHASECONV_LOWERING).buffer, inputs, runs)
     kinds = defaultdict(lambda: [0.0, 0])
     for t in times:
         kinds[t.kind][0] += t.ms

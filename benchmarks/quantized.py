@@ -140,7 +140,7 @@ def measure(name: str, build, threads: int, runs: int) -> dict:
     loaded, summaries, snr, decisions = {}, {}, {}, {}
     for program_name, (program, rewrite) in built.items():
         try:
-            lowered = phaseconv.lower(program, rewrite=rewrite)
+            lowered = phaseconv.lower(program, rewrite=rewrite, target="host")
             loaded[program_name] = LoadedProgram(lowered.buffer)
             (output,) = loaded[program_name].run(inputs)
         except Exception as error:

@@ -57,11 +57,11 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
     latents = torch.randn(1, frames, step.latent_dim, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ep = torch.export.export(step, (latents[:, :1],))
-    lowered = {"stock step": phaseconv.lower(ep, rewrite=False), "phaseconv step": phaseconv.lower(ep)}
+    lowered = {"stock step": phaseconv.lower(ep, rewrite=False), "phaseconv step": phaseconv.lower(ep, target="host")}
     calibration = torch.randn(1, CALIBRATION_FRAMES, step.latent_dim, generator=torch.Generator().manual_seed(1))
     calibration = [(calibration[:, i : i + 1],) for i in range(CALIBRATION_FRAMES)]
     quantized = phaseconv.quantize(ep, calibration)
-    lowered["phaseconv int8 step"] = phaseconv.lower(quantized)
+    lowered["phaseconv int8 step"] = phaseconv.lower(quantized, target="host")
     stock_int8 = stock_int8_failure(ep, calibration)
     loaded = {name: LoadedProgram(program.buffer) for name, program in lowered.items()}
     eager = stream_eager(copy.deepcopy(mimi), latents)

@@ -13,6 +13,11 @@
 - split_conv: the 1-D decoders with wide convolutions, split by output channel or kept whole; and
   the models' convolutions one at a time, every one split (the rule's part widths, no thresholds)
   or whole: where the rule's thresholds come from.
+- im2col: the models' convolutions one at a time as a GEMM over their shifted windows or as
+  XNNPACK's IGEMM convolution (where the rule's thresholds come from), and the decoders lowered
+  for x86-fma3 (with im2col) or for any CPU.
+- shape_chains: the decoders and MI-GAN as phaseconv.lower lowers them (view chains moved on the
+  channels-last buffer, the ops after an interleave lifted) or through NCHW as before.
 
     python benchmarks/variants.py --only lift_1d   # a subset; its rows are updated in the results
     python benchmarks/variants.py --only split_conv --threads 2
@@ -23,6 +28,7 @@ is a module or the exported program stock ExecuTorch lowers.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -35,6 +41,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=150)
+# The models' convolutions, (c_out, c_in, kernel, dilation, size): split_conv's and im2col's cases.
+MODEL_CONVOLUTIONS = {
+    "DAC 384 k7 d3, 1984 steps": (384, 384, (7, 1), 3, (1984, 1)),
+    "DAC 768 k7 d3, 248 steps": (768, 768, (7, 1), 3, (248, 1)),
+    "DAC 1024->1536 k7, 31 steps": (1536, 1024, (7, 1), 1, (31, 1)),
+    "DAC 384->768 k2, 1985 steps": (768, 384, (2, 1), 1, (1985, 1)),
+    "DAC 192 k7 d3, 7936 steps": (192, 192, (7, 1), 3, (7936, 1)),
+    "HiFi-GAN V1 256 k7 d3, 800 steps": (256, 256, (7, 1), 3, (800, 1)),
+    "HiFi-GAN V1 256 k11 d5, 800 steps": (256, 256, (11, 1), 5, (800, 1)),
+    "HiFi-GAN V1 256->1024 k2, 801 steps": (1024, 256, (2, 1), 1, (801, 1)),
+    "Mimi 512->1024 k7, 50 steps": (1024, 512, (7, 1), 1, (50, 1)),
+    "Mimi 512->256 k3, 400 steps": (256, 512, (3, 1), 1, (400, 1)),
+    "U-Net 256 3x3, 16x16": (256, 256, (3, 3), 1, (16, 16)),
+    "Mimi 128->64 k3, 12000 steps": (64, 128, (3, 1), 1, (12000, 1)),
+    "Mimi 64->32 k3, 48000 steps": (32, 64, (3, 1), 1, (48000, 1)),
+    "HiFi-GAN V1 32 k7 d3, 25600 steps": (32, 32, (7, 1), 3, (25600, 1)),
+    "MI-GAN 64 3x3, 128x128": (64, 64, (3, 3), 1, (128, 128)),
+    "U-Net 64 3x3, 128x128": (64, 64, (3, 3), 1, (128, 128)),
+}
+SPLIT_CANDIDATES = list(MODEL_CONVOLUTIONS)[:11]
 
 
 def main(
@@ -52,10 +78,12 @@ def main(
 
     import phaseconv
     from phaseconv.models import DEMO_MODELS
-    from phaseconv.rules import DEFAULT_RULES, LOWERING_RULES
+    from phaseconv.rules import DEFAULT_RULES, LOWERING_RULES, TARGET_RULES
     from phaseconv.rules.conv_transpose import ConvTransposeRule
+    from phaseconv.rules.im2col import Im2colRule
+    from phaseconv.rules.lift_1d import Lift1dRule
     from phaseconv.rules.split_conv import SplitConvRule
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.executorch import PHASECONV_LOWERING, LoadedProgram, to_xnnpack
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
     def others(*excluded: str) -> list:
@@ -109,19 +137,25 @@ def main(
             return x
 
     mimi, mimi_inputs = DEMO_MODELS["mimi-decoder"]()
-    native_elu = (LOWERING_RULES, {"xnnpack_elu": True})
+    as_lowered = (LOWERING_RULES, PHASECONV_LOWERING)  # what phaseconv.lower does
     cases += [
         (
             "ELU + Conv1d(128, 128, 7/1) x2, T=8000",
             EluStack(),
             (torch.randn(1, 128, 8000),),
-            {"XNNPACK's ELU (phaseconv.lower)": native_elu, "ELU decomposed (elu rule)": DEFAULT_RULES},
+            {
+                "XNNPACK's ELU (phaseconv.lower)": as_lowered,
+                "ELU decomposed (elu rule)": (DEFAULT_RULES, {"shape_chains": True}),
+            },
         ),
         (
             "Mimi-like decoder (demo), 12 frames",
             mimi,
             mimi_inputs,
-            {"XNNPACK's ELU (phaseconv.lower)": native_elu, "ELU decomposed (elu rule)": DEFAULT_RULES},
+            {
+                "XNNPACK's ELU (phaseconv.lower)": as_lowered,
+                "ELU decomposed (elu rule)": (DEFAULT_RULES, {"shape_chains": True}),
+            },
         ),
     ]
     from phaseconv.models import transformers_audio
@@ -136,11 +170,11 @@ def main(
 
     def with_and_without(rule: str, labels: tuple[str, ...], applied: str, left: str) -> None:
         """Real decoders (prepared) lowered as phaseconv.lower does, and the same without `rule`."""
-        without = (tuple(r for r in LOWERING_RULES if r.name != rule), native_elu[1])
+        without = (tuple(r for r in LOWERING_RULES if r.name != rule), as_lowered[1])
         for label in labels:
             if only.lower() in f"{label} {rule}".lower():
                 module, inputs = decoders[label]()
-                variants = {applied: native_elu, left: without}
+                variants = {applied: as_lowered, left: without}
                 cases.append((f"{label} ({rule})", phaseconv.prepare(module), inputs, variants))
 
     with_and_without(
@@ -166,33 +200,32 @@ def main(
             folded = phaseconv.rewrite(
                 torch.export.export(phaseconv.prepare(module).eval(), inputs), ["fold_constants"]
             )
-        variants = {"crop by phase (phaseconv.lower)": native_elu, "crop after interleave": (crop_after, native_elu[1])}
+        variants = {"crop by phase (phaseconv.lower)": as_lowered, "crop after interleave": (crop_after, as_lowered[1])}
         cases.append((f"{label} (crop_by_phase)", folded, inputs, variants))
     forced = [SplitConvRule(min_weight_bytes=0, min_taps=1, min_positions=1, spatial_dims=(1, 2))]
-    for label, (c_out, c_in, kernel, dilation, size) in {
-        "DAC 384 k7 d3, 1984 steps": (384, 384, (7, 1), 3, (1984, 1)),
-        "DAC 768 k7 d3, 248 steps": (768, 768, (7, 1), 3, (248, 1)),
-        "DAC 1024->1536 k7, 31 steps": (1536, 1024, (7, 1), 1, (31, 1)),
-        "DAC 384->768 k2, 1985 steps": (768, 384, (2, 1), 1, (1985, 1)),
-        "DAC 192 k7 d3, 7936 steps": (192, 192, (7, 1), 3, (7936, 1)),
-        "HiFi-GAN V1 256 k7 d3, 800 steps": (256, 256, (7, 1), 3, (800, 1)),
-        "HiFi-GAN V1 256 k11 d5, 800 steps": (256, 256, (11, 1), 5, (800, 1)),
-        "HiFi-GAN V1 256->1024 k2, 801 steps": (1024, 256, (2, 1), 1, (801, 1)),
-        "Mimi 512->1024 k7, 50 steps": (1024, 512, (7, 1), 1, (50, 1)),
-        "Mimi 512->256 k3, 400 steps": (256, 512, (3, 1), 1, (400, 1)),
-        "U-Net 256 3x3, 16x16": (256, 256, (3, 3), 1, (16, 16)),
-    }.items():
+    every_im2col = [Im2colRule(min_in_channels=1, max_taps=math.inf, max_window_bytes=math.inf)]
+    for label, (c_out, c_in, kernel, dilation, size) in MODEL_CONVOLUTIONS.items():
         padding = (dilation * (kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
         conv = nn.Conv2d(c_in, c_out, kernel, padding=padding, dilation=(dilation, 1))
-        variants = {"every one split": forced, "whole": []}
-        cases.append(
-            (
-                f"{label} (split_conv)",
-                nn.Sequential(nn.ReLU(), conv, nn.ReLU()),
-                (torch.randn(1, c_in, *size),),
-                variants,
-            )
-        )
+        x = (torch.randn(1, c_in, *size),)
+        if label in SPLIT_CANDIDATES:
+            variants = {"every one split": forced, "whole": []}
+            cases.append((f"{label} (split_conv)", nn.Sequential(nn.ReLU(), conv, nn.ReLU()), x, variants))
+        # im2col's windows are copied channels-last: the convolution reads a convolution's output
+        head = nn.Conv2d(c_in, c_in, 1)
+        variants = {"as a GEMM (every one)": every_im2col, "IGEMM convolution": []}
+        cases.append((f"{label} (im2col)", nn.Sequential(head, nn.ReLU(), conv, nn.ReLU()), x, variants))
+    for label in decoders:
+        if only.lower() in f"{label} im2col".lower():
+            module, inputs = decoders[label]()
+            variants = {"for x86-fma3 (im2col)": (TARGET_RULES["x86-fma3"], PHASECONV_LOWERING), "for any": as_lowered}
+            cases.append((f"{label} (im2col)", phaseconv.prepare(module), inputs, variants))
+    before_chains = (tuple(Lift1dRule() if r.name == "lift_1d" else r for r in LOWERING_RULES), {"xnnpack_elu": True})
+    for label, build in [*decoders.items(), ("MI-GAN-like 128x128", image.migan_generator)]:
+        if only.lower() in f"{label} shape_chains".lower():
+            module, inputs = build()
+            variants = {"shape chains on the buffer (phaseconv.lower)": as_lowered, "through NCHW": before_chains}
+            cases.append((f"{label} (shape_chains)", phaseconv.prepare(module), inputs, variants))
     with_and_without(
         "split_conv",
         ("DAC decoder 1 s", "HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames", "Mimi decoder 25 frames"),

@@ -28,12 +28,44 @@ def worker_rows(script: str, arguments: list[str], status: str, console: Console
         return json.loads(out.read_text())
 
 
+def machine() -> dict:
+    """What the figures were measured on: architecture, CPU model, the widest vector unit torch uses."""
+    import torch
+
+    names = [line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")]
+    return {
+        "machine": platform.machine(),
+        "cpu": names[0] if names else platform.processor(),
+        "vector_unit": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def saved_rows(path: Path, key: str = "rows") -> list[dict]:
+    """The rows saved at `path`, to be merged with a partial run's; refused (exit) when they were
+    measured on another machine: one file holds one machine's figures."""
+    saved = json.loads(path.read_text())
+    where = {k: saved["meta"].get(k) for k in ("machine", "cpu", "vector_unit")}
+    if where != machine():
+        Console(stderr=True).print(
+            f"{path} was measured on {where}, this is {machine()}: run every case (no --only), "
+            "or write elsewhere with --json"
+        )
+        raise typer.Exit(1)
+    return saved[key]
+
+
 def save_results(path: Path, rows: list[dict], partial_key: str | None = None, **meta) -> None:
     """{"meta": meta + the machine, "rows": rows} as JSON at `path`. A partial run (`partial_key`: the
     field that names a row, e.g. its model) keeps the saved rows it did not measure again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if partial_key is not None and path.exists():
         fresh = {row[partial_key] for row in rows}
-        rows = [r for r in json.loads(path.read_text())["rows"] if r[partial_key] not in fresh] + rows
-    meta |= {"machine": platform.machine(), "processor": platform.processor()}
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+        rows = [r for r in saved_rows(path) if r[partial_key] not in fresh] + rows
+    path.write_text(json.dumps({"meta": meta | machine(), "rows": rows}, indent=2))
