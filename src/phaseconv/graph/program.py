@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from executorch.backends.transforms.utils import create_constant_placeholder, delete_constant_placeholder
 from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
@@ -246,6 +245,8 @@ class ProgramEditor:
 
     def _add_placeholder(self, name: str, kind: InputKind, data: torch.Tensor, persistent: bool | None = None) -> Node:
         """A constant placeholder before the user inputs, registered in the signature and state."""
+        from executorch.backends.transforms.utils import create_constant_placeholder  # 5 s to import: when used
+
         with self.graph.inserting_before(self._first_user_input()):
             node = create_constant_placeholder(self.program, self.graph, name, kind, data, persistent)
         self._specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
@@ -299,6 +300,8 @@ class ProgramEditor:
         Export's dtype assertions keep what they check alive; one on a value nothing else reads
         goes too.
         """
+        from executorch.backends.transforms.utils import delete_constant_placeholder
+
         for node in list(self.graph.nodes):
             if node.target == aten._assert_tensor_metadata.default and len(node.args[0].users) == 1:
                 self._touched.add(node.args[0])

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the quantized_decomposed ops)
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
