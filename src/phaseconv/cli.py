@@ -210,6 +210,7 @@ def lower(
         _print_json(
             {
                 "files": [str(f) for f in files],
+                "target": resolve_target(target),
                 "decisions": [d.to_dict() for d in lowered.decisions],
                 "delegation": {name: s.to_dict() for name, s in summaries.items()},
                 **({"snr_db": snr} if snr is not None else {}),
@@ -218,12 +219,13 @@ def lower(
         return
     if lowered.decisions:
         show_decisions(lowered.decisions)
+    if target == "any" and not no_rewrite and quantize is None and host_target() != "any":
+        hint = f"lowered for any CPU; for this one, --target host ({host_target()}) adds im2col"
+        console.print(hint, highlight=False)
     show_summaries(summaries)
     if snr is not None:
         console.print(f"{quantize} output against fp32 eager on the example inputs: SNR {snr:.1f} dB", highlight=False)
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
-    if target == "any" and not no_rewrite and host_target() != "any":
-        console.print(f"for this CPU: --target host ({host_target()}) runs convolutions as GEMMs", highlight=False)
 
 
 @app.command()
