@@ -196,34 +196,46 @@ def run_workers(threads: list[int], runs: int, only: str) -> list[dict]:
     return rows
 
 
+COLUMNS = ["model", "threads", "stock ms", "phaseconv ms", "speedup", "eager ms", "vs eager", "partitions"]
+COLUMNS += ["outside (stock -> phaseconv)", "max abs error", "PCM steps (full scale)", "RTF"]
+COLUMNS += ["ORT ms (stock / phaseconv export)", "vs ORT"]
+
+
+def cells(row: dict) -> list[str]:
+    """One model at one thread count, as the table shows it."""
+    ms, delegation, baseline = row["ms"], row["delegation"], row["baseline"]
+    outside = [sum(delegation[n]["outside"].values()) for n in (baseline, "phaseconv")]
+    return [
+        row["model"],
+        str(row["threads"]),
+        f"{ms[baseline]:.1f}{LABELS[baseline]}",
+        f"{ms['phaseconv']:.1f}",
+        f"{row['speedup']:.2f}x",
+        f"{ms['eager PyTorch']:.1f}",
+        f"{row['vs_eager']:.2f}x",
+        f"{delegation[baseline]['partitions']} -> {delegation['phaseconv']['partitions']}",
+        f"{outside[0]} -> {outside[1]}",
+        f"{row['max_abs_error']['phaseconv']:.1e}",
+        f"{row['pcm_steps']:.2f}" if "pcm_steps" in row else "-",
+        f"{row['real_time_factor']:.3f}" if "real_time_factor" in row else "-",
+        f"{ms[ORT_STOCK]:.1f} / {ms[ORT_PHASECONV]:.1f}",
+        f"{row['vs_ort']:.2f}x",
+    ]
+
+
 def table(rows: list[dict]) -> Table:
     result = Table(title="stock ExecuTorch 1.5.1 (XNNPACK) vs phaseconv, interleaved medians")
-    columns = ["model", "threads", "stock ms", "phaseconv ms", "speedup", "eager ms", "vs eager", "partitions"]
-    columns += ["outside (stock -> phaseconv)", "max |err|", "PCM steps (full scale)", "RTF"]
-    columns += ["ORT ms (stock / phaseconv export)", "vs ORT"]
-    for column in columns:
-        result.add_column(column, justify="left" if column in ("model", columns[8]) else "right")
+    for column in COLUMNS:
+        result.add_column(column, justify="left" if column in ("model", COLUMNS[8]) else "right")
     for row in rows:
-        ms, delegation, baseline = row["ms"], row["delegation"], row["baseline"]
-        label = LABELS[baseline]
-        outside = [sum(delegation[n]["outside"].values()) for n in (baseline, "phaseconv")]
-        result.add_row(
-            row["model"],
-            str(row["threads"]),
-            f"{ms[baseline]:.1f}{label}",
-            f"{ms['phaseconv']:.1f}",
-            f"{row['speedup']:.2f}x",
-            f"{ms['eager PyTorch']:.1f}",
-            f"{row['vs_eager']:.2f}x",
-            f"{delegation[baseline]['partitions']} -> {delegation['phaseconv']['partitions']}",
-            f"{outside[0]} -> {outside[1]}",
-            f"{row['max_abs_error']['phaseconv']:.1e}",
-            f"{row['pcm_steps']:.2f}" if "pcm_steps" in row else "-",
-            f"{row['real_time_factor']:.3f}" if "real_time_factor" in row else "-",
-            f"{ms[ORT_STOCK]:.1f} / {ms[ORT_PHASECONV]:.1f}",
-            f"{row['vs_ort']:.2f}x",
-        )
+        result.add_row(*cells(row))
     return result
+
+
+def markdown(rows: list[dict]) -> str:
+    """The README's table of these rows."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    return "\n".join(lines + ["| " + " | ".join(cells(row)) + " |" for row in rows])
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -260,10 +272,14 @@ def main(
     only: str = typer.Option("", help="run only models whose name contains this"),
     json_path: Path = typer.Option(Path("results/models.json"), "--json", help="where to write the results"),
     plot_path: Path = typer.Option(Path("results/models.png"), "--plot", help="where to draw the chart"),
+    as_markdown: bool = typer.Option(False, "--markdown", help="print the saved results as the README's table"),
     is_worker: bool = typer.Option(False, "--worker", hidden=True),
 ) -> None:
     if is_worker:
         worker(int(threads), runs, only, json_path)
+        return
+    if as_markdown:
+        print(markdown(json.loads(json_path.read_text())["models"]))
         return
     rows = run_workers([int(t) for t in threads.split(",")], runs, only)
     console.print(table(rows))
