@@ -18,6 +18,7 @@ from phaseconv.rules.slice_of_cat import SliceOfCatRule
 from phaseconv.rules.slice_scatter import SliceScatterRule
 from phaseconv.rules.split_conv import SplitConvRule
 from phaseconv.rules.views import ViewRule
+from phaseconv.rules.winograd import WinogradRule
 
 DEFAULT_RULES: tuple[Rule, ...] = (
     FoldConstantsRule(),
@@ -37,18 +38,19 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Lift1dRule(),
     SplitConvRule(),
 )
-RULES_BY_NAME = {rule.name: rule for rule in (*DEFAULT_RULES, Im2colRule())}
+RULES_BY_NAME = {rule.name: rule for rule in (*DEFAULT_RULES, WinogradRule(), Im2colRule())}
 # What phaseconv.lower rewrites with: its lowering delegates fp32 ELU to XNNPACK's own (EluConfig) and
 # moves view chains on the channels-last buffer, so the ops after an interleave can stay lifted.
 LOWERING_RULES: tuple[Rule, ...] = tuple(
     {"elu": EluRule(xnnpack_elu=True), "lift_1d": Lift1dRule(through_views=True)}.get(r.name, r) for r in DEFAULT_RULES
 )
-# ... and for a CPU whose XNNPACK convolutions run at half its GEMM speed (phaseconv.targets): im2col
-# before split_conv, so a convolution it turns into a GEMM is not split first.
+# ... and for a CPU whose XNNPACK convolutions run at half its GEMM speed (phaseconv.targets): the
+# convolutions as GEMMs, by Winograd where it applies, else im2col, before split_conv would split them.
+AS_GEMMS = (WinogradRule(), Im2colRule())
 TARGET_RULES: dict[str, tuple[Rule, ...]] = {
     "any": LOWERING_RULES,
     "x86-fma3": tuple(
-        r for rule in LOWERING_RULES for r in ((Im2colRule(), rule) if rule.name == "split_conv" else (rule,))
+        r for rule in LOWERING_RULES for r in ((*AS_GEMMS, rule) if rule.name == "split_conv" else (rule,))
     ),
 }
 # What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32,

@@ -1,0 +1,106 @@
+"""Winograd's minimal filtering F(2, r): two outputs of an r-tap correlation in r + 1 products.
+
+For outputs y_i = sum_k g_k d_{i+k} (i = 0, 1) of an input tile d of n = r + 1 samples:
+
+    y = A^T [ (G g) * (B^T d) ]          (* elementwise over the n points)
+
+built by Toom-Cook from the linear convolution s = g conv h, evaluated at the points 0, 1, -1, 2,
+-2, ... and infinity (the leading coefficients) and interpolated back; a correlation is its
+transpose. The input transform B^T and the output transform A^T have integer entries (exact in
+float), the Lagrange denominators go into G, which is applied to the weights once. Over channels
+each point is a matrix product: n GEMMs of half the length replace the r-tap convolution's r, so
+F(2, 3) does 4/6 of the multiply-adds, F(2, 2) 3/4.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import cache
+
+import torch
+
+OUTPUTS = 2  # m: outputs per tile
+
+
+def _points(count: int) -> list[Fraction]:
+    """0, 1, -1, 2, -2, ...: small integers keep the transforms exact and the rounding mild."""
+    points = [Fraction(0)]
+    step = 1
+    while len(points) < count:
+        points += [Fraction(step), Fraction(-step)]
+        step += 1
+    return points[:count]
+
+
+def _poly_mul(a: list[Fraction], b: list[Fraction]) -> list[Fraction]:
+    out = [Fraction(0)] * (len(a) + len(b) - 1)
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            out[i + j] += x * y
+    return out
+
+
+def _roots(points: list[Fraction]) -> list[Fraction]:
+    """Coefficients (lowest first) of prod (x - p) over `points`."""
+    poly = [Fraction(1)]
+    for p in points:
+        poly = _poly_mul(poly, [-p, Fraction(1)])
+    return poly
+
+
+@cache
+def transforms(taps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B^T [n, n], G [n, r], A^T [2, n]) of F(2, taps) in float64, n = taps + 1.
+
+    Linear convolution by evaluation at n - 1 finite points and infinity: G evaluates the filter
+    (row j: p_j^k / D_j with D_j = prod_{l != j} (p_j - p_l); infinity: its last tap), H the
+    2-sample h, and s = C v with C's column j the coefficients of prod_{l != j} (x - p_l) and the
+    infinity column those of prod_l (x - p_l). The correlation is y = H^T [(G g) * (C^T d)].
+    """
+    n = taps + OUTPUTS - 1
+    finite = _points(n - 1)
+    g = [[p**k / _denominator(finite, j) for k in range(taps)] for j, p in enumerate(finite)]
+    g.append([Fraction(int(k == taps - 1)) for k in range(taps)])
+    h = [[p**i for i in range(OUTPUTS)] for p in finite] + [[Fraction(int(i == OUTPUTS - 1)) for i in range(OUTPUTS)]]
+    columns = [_roots(finite[:j] + finite[j + 1 :]) + [Fraction(0)] for j in range(len(finite))]
+    columns.append(_roots(finite))
+    c_transposed = columns  # C^T row j = C column j
+    as_tensor = lambda rows: torch.tensor([[float(v) for v in row] for row in rows], dtype=torch.float64)  # noqa: E731
+    a_transposed = [[h[j][i] for j in range(n)] for i in range(OUTPUTS)]
+    return as_tensor(c_transposed), as_tensor(g), as_tensor(a_transposed)
+
+
+def _denominator(points: list[Fraction], j: int) -> Fraction:
+    value = Fraction(1)
+    for index, p in enumerate(points):
+        if index != j:
+            value *= points[j] - p
+    return value
+
+
+def point_weights(weight: torch.Tensor) -> torch.Tensor:
+    """W[o, c, k] (any trailing size-1 axes) -> U[e, o, c] = sum_k G[e, k] W[o, c, k], per point e."""
+    _, g, _ = transforms(weight.shape[2])
+    taps = weight.reshape(*weight.shape[:3])
+    return torch.einsum("ek,ock->eoc", g, taps.double()).to(weight.dtype)
+
+
+def correlate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The r-tap correlation of x [N, C, L] (already padded) with W [O, C, r] by F(2, r), as the
+    graph rule computes it: B^T by strided depthwise convolutions, a GEMM per point, A^T by sums,
+    the two outputs of each tile interleaved. L - r + 1 outputs."""
+    import torch.nn.functional as F
+
+    taps, channels = weight.shape[2], x.shape[1]
+    b_t, _, a_t = (m.to(x.dtype) for m in transforms(taps))
+    outputs = x.shape[2] - taps + 1
+    tiles = (outputs + 1) // 2
+    x = F.pad(x, (0, 2 * tiles + taps - 1 - x.shape[2]))
+    u = point_weights(weight)
+    products = []
+    for e in range(taps + 1):
+        d = F.conv1d(x, b_t[e].repeat(channels, 1, 1), stride=2, groups=channels)
+        products.append(F.conv1d(d, u[e].unsqueeze(-1)))
+    pairs = [sum(a_t[i, e] * products[e] for e in range(taps + 1) if a_t[i, e] != 0) for i in range(OUTPUTS)]
+    y = torch.stack(pairs, dim=-1).reshape(x.shape[0], weight.shape[0], 2 * tiles)[..., :outputs]
+    return y if bias is None else y + bias[:, None]

@@ -1,0 +1,91 @@
+"""winograd: 1-D convolutions of 2-3 taps as F(2, r), strided depthwise transforms, GEMMs and sums."""
+
+import re
+
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+import phaseconv
+from phaseconv.rules.winograd import WinogradRule
+from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
+
+aten = torch.ops.aten
+WITH_WINOGRAD = [*phaseconv.rules.DEFAULT_RULES, WinogradRule(min_channels=8)]
+
+
+class ResidualUnit(nn.Module):
+    """SEANet's unit: ELU, a causal 3-tap conv, ELU, a 1x1 conv, the skip."""
+
+    def __init__(self, channels=16):
+        super().__init__()
+        self.wide = nn.Conv1d(channels, channels, 3)
+        self.pointwise = nn.Conv1d(channels, channels, 1)
+
+    def forward(self, x):
+        y = self.wide(nn.functional.pad(nn.functional.elu(x), [2, 0]))
+        return x + self.pointwise(nn.functional.elu(y))
+
+
+CASES = {
+    "3 taps, padded, odd length": (nn.Conv1d(16, 24, 3, padding=1), (1, 16, 21)),
+    "2 taps (a polyphase convolution), no bias": (nn.Conv1d(16, 32, 2, bias=False), (2, 16, 12)),
+    "a lifted residual unit": (ResidualUnit(), (1, 16, 30)),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_same_values_in_eager_and_through_the_runtime(name):
+    module, shape = CASES[name]
+    x = torch.randn(shape)
+    ep = export(module, x)
+    applied = [d for d in decisions_of("winograd", ep, WITH_WINOGRAD) if d.applied]
+    assert len(applied) == 1 and applied[0].detail.startswith("F(2, "), applied
+    rewritten = phaseconv.rewrite(ep, WITH_WINOGRAD)
+    assert_close(run(rewritten, x), run(ep, x))
+    summary, _ = assert_one_partition_matching(rewritten, ep, x)
+    taps = int(re.match(r"F\(2, (\d)\)", applied[0].detail).group(1))
+    assert summary.inside["XNNDepthwiseConv2d"] == taps + 1  # one input transform per point
+
+
+def test_phaseconv_lower_for_x86_fma3_prefers_it_to_im2col():
+    x = torch.randn(1, 128, 40)
+    module = nn.Sequential(nn.Conv1d(128, 128, 3, padding=1), nn.ELU(), nn.Conv1d(128, 128, 7, padding=3))
+    lowered = phaseconv.lower(export(module, x), target="x86-fma3")
+    applied = {d.node: d.rule for d in lowered.decisions if d.applied and d.rule in ("winograd", "im2col")}
+    assert sorted(applied.values()) == ["im2col", "winograd"], lowered.decisions  # 7 taps: im2col
+    from phaseconv.runtimes.executorch import LoadedProgram
+
+    assert_close(LoadedProgram(lowered.buffer).run((x,))[0], run(export(module, x), x))
+
+
+@pytest.mark.parametrize(
+    "module, shape, reason",
+    [
+        (nn.Conv1d(16, 16, 3, dilation=2), (1, 16, 30), "dilation [2]"),
+        (nn.Conv1d(16, 16, 3, stride=2), (1, 16, 30), "stride [2]"),
+        (nn.Conv1d(16, 16, 3, groups=2), (1, 16, 30), "grouped convolution (2 groups)"),
+        (nn.Conv1d(16, 4, 3), (1, 16, 30), "16 -> 4 channels"),
+        (nn.Conv1d(16, 16, 3).half(), (1, 16, 30), "torch.float16 convolution"),
+        (nn.Conv1d(16, 16, 2), (1, 16, 2), "a single output"),
+    ],
+    ids=["dilated", "strided", "grouped", "narrow", "fp16", "one-output"],
+)
+def test_declines_say_why(module, shape, reason):
+    x = torch.randn(shape, dtype=next(module.parameters()).dtype)
+    (decision,) = decisions_of("winograd", export(module, x), WITH_WINOGRAD)
+    assert not decision.applied and reason in decision.reason, decision
+
+
+def test_a_dynamic_length_is_declined():
+    x = torch.randn(1, 16, 30)
+    ep = export(nn.Conv1d(16, 16, 3), x, dynamic_shapes=({2: Dim("t", min=4, max=100)},))
+    (decision,) = decisions_of("winograd", ep, WITH_WINOGRAD)
+    assert not decision.applied and "dynamic size" in decision.reason
+
+
+def test_other_kernels_are_no_candidates():
+    for conv in (nn.Conv1d(16, 16, 1), nn.Conv1d(16, 16, 5), nn.Conv2d(16, 16, 3)):
+        x = torch.randn(1, 16, 12) if isinstance(conv, nn.Conv1d) else torch.randn(1, 16, 8, 8)
+        assert decisions_of("winograd", export(conv, x), WITH_WINOGRAD) == []
