@@ -15,7 +15,9 @@
   or whole: where the rule's thresholds come from.
 - im2col: the models' convolutions one at a time as a GEMM over their shifted windows or as
   XNNPACK's IGEMM convolution (where the rule's thresholds come from), and the decoders lowered
-  for x86-fma3 (with im2col) or for any CPU.
+  for x86-fma3 (Winograd and im2col) or for any CPU.
+- winograd: the models' 2- and 3-tap 1-D convolutions as F(2, r) or as im2col, and the decoders
+  lowered for x86-fma3 with and without it.
 - shape_chains: the decoders and MI-GAN as phaseconv.lower lowers them (view chains moved on the
   channels-last buffer, the ops after an interleave lifted) or through NCHW as before.
 
@@ -83,6 +85,7 @@ def main(
     from phaseconv.rules.im2col import Im2colRule
     from phaseconv.rules.lift_1d import Lift1dRule
     from phaseconv.rules.split_conv import SplitConvRule
+    from phaseconv.rules.winograd import WinogradRule
     from phaseconv.runtimes.executorch import PHASECONV_LOWERING, LoadedProgram, to_xnnpack
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
@@ -211,15 +214,23 @@ def main(
         if label in SPLIT_CANDIDATES:
             variants = {"every one split": forced, "whole": []}
             cases.append((f"{label} (split_conv)", nn.Sequential(nn.ReLU(), conv, nn.ReLU()), x, variants))
-        # im2col's windows are copied channels-last: the convolution reads a convolution's output
-        head = nn.Conv2d(c_in, c_in, 1)
+        # the rules copy windows channels-last: the convolution reads a (cheap, depthwise) convolution's output
+        chain = nn.Sequential(nn.Conv2d(c_in, c_in, 1, groups=c_in), nn.ReLU(), conv, nn.ReLU())
         variants = {"as a GEMM (every one)": every_im2col, "IGEMM convolution": []}
-        cases.append((f"{label} (im2col)", nn.Sequential(head, nn.ReLU(), conv, nn.ReLU()), x, variants))
+        cases.append((f"{label} (im2col)", chain, x, variants))
+        if kernel[0] in (2, 3) and kernel[1] == 1 and dilation == 1:
+            variants = {"Winograd F(2, r)": [WinogradRule(min_channels=1)], "im2col": every_im2col}
+            cases.append((f"{label} (winograd)", chain, x, variants))
     for label in decoders:
         if only.lower() in f"{label} im2col".lower():
             module, inputs = decoders[label]()
-            variants = {"for x86-fma3 (im2col)": (TARGET_RULES["x86-fma3"], PHASECONV_LOWERING), "for any": as_lowered}
+            variants = {"for x86-fma3": (TARGET_RULES["x86-fma3"], PHASECONV_LOWERING), "for any": as_lowered}
             cases.append((f"{label} (im2col)", phaseconv.prepare(module), inputs, variants))
+        if only.lower() in f"{label} winograd".lower():
+            module, inputs = decoders[label]()
+            im2col_only = (tuple(r for r in TARGET_RULES["x86-fma3"] if r.name != "winograd"), PHASECONV_LOWERING)
+            variants = {"for x86-fma3": (TARGET_RULES["x86-fma3"], PHASECONV_LOWERING), "im2col only": im2col_only}
+            cases.append((f"{label} (winograd)", phaseconv.prepare(module), inputs, variants))
     before_chains = (tuple(Lift1dRule() if r.name == "lift_1d" else r for r in LOWERING_RULES), {"xnnpack_elu": True})
     for label, build in [*decoders.items(), ("MI-GAN-like 128x128", image.migan_generator)]:
         if only.lower() in f"{label} shape_chains".lower():

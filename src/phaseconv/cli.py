@@ -30,7 +30,7 @@ state = {"debug": False}
 
 PREPARE_HELP = "export a module as built, without phaseconv.prepare (weight_norm baked, conv settings static)"
 TARGET_HELP = (
-    f"the CPU the program is for ({', '.join(TARGETS)}): x86-fma3 also runs convolutions as GEMMs (im2col), "
+    f"the CPU the program is for ({', '.join(TARGETS)}): x86-fma3 also runs convolutions as GEMMs (winograd, im2col), "
     "for x86-64 CPUs without AVX-512; host: this one"
 )
 
@@ -220,7 +220,7 @@ def lower(
     if lowered.decisions:
         show_decisions(lowered.decisions)
     if target == "any" and not no_rewrite and quantize is None and host_target() != "any":
-        hint = f"lowered for any CPU; for this one, --target host ({host_target()}) adds im2col"
+        hint = f"lowered for any CPU; for this one, --target host ({host_target()}) runs convolutions as GEMMs"
         console.print(hint, highlight=False)
     show_summaries(summaries)
     if snr is not None:

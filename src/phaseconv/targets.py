@@ -2,8 +2,9 @@
 
 - "any": the rewrites that paid on every CPU measured (the default: a program lowered on a
   workstation usually ships to another CPU, a phone's);
-- "x86-fma3": also `im2col`, for x86-64 CPUs with FMA3 and no AVX-512, where XNNPACK's f32 IGEMM
-  convolution runs at about half its GEMM speed (rules/im2col.py);
+- "x86-fma3": also `winograd` and `im2col`, for x86-64 CPUs with FMA3 and no AVX-512, where
+  XNNPACK's f32 IGEMM convolution runs at about half its GEMM speed (rules/im2col.py): the
+  convolutions become GEMMs;
 - "host": the CPU this runs on, as one of the above (what the benchmarks and `phaseconv bench` use).
 """
 
