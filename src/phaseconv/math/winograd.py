@@ -48,15 +48,24 @@ def _roots(points: list[Fraction]) -> list[Fraction]:
     return poly
 
 
+def tile_outputs(taps: int) -> int:
+    """Outputs per tile along an axis: 2, or 1 on an axis of one tap (nothing to transform)."""
+    return OUTPUTS if taps > 1 else 1
+
+
 @cache
 def transforms(taps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(B^T [n, n], G [n, r], A^T [2, n]) of F(2, taps) in float64, n = taps + 1.
+    """(B^T [n, n], G [n, r], A^T [2, n]) of F(2, taps) in float64, n = taps + 1; for one tap the
+    identity (each [1, 1]).
 
     Linear convolution by evaluation at n - 1 finite points and infinity: G evaluates the filter
     (row j: p_j^k / D_j with D_j = prod_{l != j} (p_j - p_l); infinity: its last tap), H the
     2-sample h, and s = C v with C's column j the coefficients of prod_{l != j} (x - p_l) and the
     infinity column those of prod_l (x - p_l). The correlation is y = H^T [(G g) * (C^T d)].
     """
+    if taps == 1:
+        one = torch.ones(1, 1, dtype=torch.float64)
+        return one, one, one
     n = taps + OUTPUTS - 1
     finite = _points(n - 1)
     g = [[p**k / _denominator(finite, j) for k in range(taps)] for j, p in enumerate(finite)]

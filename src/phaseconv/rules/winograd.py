@@ -1,19 +1,23 @@
-"""A 1-D convolution of 2 to 3 taps -> Winograd's F(2, r): r + 1 half-length GEMMs instead of r.
+"""A convolution of 2-3 taps per axis -> Winograd's F(2, r) on each axis: fewer, shorter GEMMs.
 
-Tiles of two outputs read r + 1 input samples; with B^T, G and A^T of `math/winograd.py`:
+On an axis of r taps, tiles of two outputs read r + 1 input samples; with B^T, G and A^T of
+`math/winograd.py` (the identity on an axis of one tap, as a lifted 1-D convolution's width):
 
-    d_e = sum_j B^T[e, j] xp[2i + j]       per point e: a depthwise convolution of stride 2
-    m_e = U_e d_e,  U_e = sum_k G[e, k] W[:, :, k]                a 1x1 convolution (a GEMM)
-    y[2i + q] = sum_e A^T[q, e] m_e[i]                            sums, then the two interleaved
+    d_e = sum_j (B^T_1[e_1, j_1] ... B^T_D[e_D, j_D]) xp[2i + j]    per point e: a depthwise
+                                                                     convolution of stride 2
+    m_e = U_e d_e,  U_e = sum_k G_1[e_1, k_1] ... G_D[e_D, k_D] W[:, :, k]    a 1x1 convolution
+    y[2i + q] = sum_e A^T_1[q_1, e_1] ... A^T_D[q_D, e_D] m_e[i]     sums, axis by axis
 
-F(2, 3) does 4/6 of the direct form's multiply-adds, F(2, 2) (every polyphase convolution of a
-k = 2s transposed convolution) 3/4; the transforms are exact (entries 0 and +-1), only the
-weights' G carries halves. The bias goes on the point whose products reach both outputs once.
-On x86-64 without AVX-512 (the target that has `im2col`), the GEMMs are what XNNPACK runs fast.
+then the outputs of each tile interleaved. 1-D F(2, 3) does 4/6 of the direct form's multiply-adds,
+F(2, 2) (every polyphase convolution of a k = 2s transposed convolution) 3/4, a 3x3 kernel 16/36.
+The transforms have entries 0 and +-1 (exact); only the weights' G carries halves, applied once
+in float64. The bias goes on the point whose products reach every output once.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +25,7 @@ from torch.fx import Node
 
 from phaseconv.graph.interleave import interleave
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.math.winograd import transforms
+from phaseconv.math.winograd import tile_outputs, transforms
 from phaseconv.rules.base import Skip
 from phaseconv.rules.im2col import CONVOLUTIONS, _settings
 
@@ -31,22 +35,17 @@ aten = torch.ops.aten
 @dataclass(frozen=True)
 class WinogradPlan:
     node: Node
-    taps: int
-    padding: int  # on the time axis, both sides
-    outputs: int
-    tiles: int
+    kernel: tuple[int, ...]  # taps per spatial axis (1: the identity)
+    padding: tuple[int, ...]
+    outputs: tuple[int, ...]  # output positions per spatial axis
 
-
-def _time_kernel(node: Node) -> int | None:
-    """r for a conv1d of kernel r or a conv2d of kernel (r, 1) (a lifted 1-D one), else None."""
-    kernel = node.args[1].meta["val"].shape[2:]
-    if len(kernel) == 1 or (len(kernel) == 2 and kernel[1] == 1 and node.meta["val"].shape[3] == 1):
-        return kernel[0]
-    return None
+    @property
+    def tiles(self) -> tuple[int, ...]:
+        return tuple(-(-n // tile_outputs(r)) for n, r in zip(self.outputs, self.kernel))
 
 
 class WinogradRule:
-    """1-D convolutions of 2-3 taps -> F(2, r): strided depthwise transforms, r + 1 GEMMs, sums."""
+    """Convolutions of 2-3 taps per axis -> F(2, r): strided depthwise transforms, GEMMs, sums."""
 
     name = "winograd"
     stage = 4  # after lift_1d, before im2col (which would take the convolution as it is)
@@ -58,7 +57,8 @@ class WinogradRule:
     def matches(self, node: Node) -> bool:
         if node.op != "call_function" or node.target not in CONVOLUTIONS or not isinstance(node.args[1], Node):
             return False
-        return _time_kernel(node) in self.taps
+        kernel = tuple(node.args[1].meta["val"].shape[2:])
+        return all(k in (1, *self.taps) for k in kernel) and any(k > 1 for k in kernel)
 
     def check(self, node: Node, editor: ProgramEditor) -> WinogradPlan | Skip:
         spatial = CONVOLUTIONS[node.target]
@@ -67,76 +67,96 @@ class WinogradRule:
             return Skip(f"grouped convolution ({groups} groups)")
         if any(s != 1 for s in stride) or any(d != 1 for d in dilation):
             return Skip(f"stride {stride}, dilation {dilation}: tiles of two outputs need both 1")
-        if spatial == 2 and padding[1] != 0:
-            return Skip("padding on the width axis of a lifted 1-D convolution")
         value, w = node.meta["val"], node.args[1].meta["val"]
         if value.dtype != torch.float32:
             return Skip(f"{value.dtype} convolution: measured for float32")
         if not all(isinstance(size, int) for size in (*node.args[0].meta["val"].shape, *value.shape)):
             return Skip("a dynamic size: the tiles' interleave and crop need static lengths")
+        if value.dim() != spatial + 2:
+            return Skip("an unbatched input")
         constants = [node.args[1]] + ([node.args[2]] if len(node.args) > 2 and node.args[2] is not None else [])
         if not all(isinstance(n, Node) and editor.is_constant_input(n) for n in constants):
             return Skip("weight or bias computed in the graph (quantized, or derived)")
-        channels = min(w.shape[0], w.shape[1])
-        if channels < self.min_channels:
+        if min(w.shape[0], w.shape[1]) < self.min_channels:
             return Skip(f"{w.shape[1]} -> {w.shape[0]} channels: the transforms cost more than the GEMMs save here")
-        outputs = value.shape[2]
-        if outputs < 2:
-            return Skip("a single output: no tile of two")
-        return WinogradPlan(node, _time_kernel(node), padding[0], outputs, (outputs + 1) // 2)
+        kernel, outputs = tuple(w.shape[2:]), tuple(value.shape[2:])
+        if any(k > 1 and n < 2 for k, n in zip(kernel, outputs)):
+            return Skip("a single output along a transformed axis: no tile of two")
+        return WinogradPlan(node, kernel, tuple(padding), outputs)
 
     def describe(self, plan: WinogradPlan) -> str:
-        return (
-            f"F(2, {plan.taps}): {plan.taps + 1} GEMMs of {plan.tiles} tiles instead of {plan.taps} of {plan.outputs}"
-        )
+        taps = "x".join(str(k) for k in plan.kernel if k > 1)
+        points = math.prod(k + tile_outputs(k) - 1 for k in plan.kernel)
+        return f"F(2, {taps}): {points} GEMMs of {math.prod(plan.tiles)} tiles instead of {math.prod(plan.kernel)}"
 
     def apply(self, plan: WinogradPlan, editor: ProgramEditor) -> None:
         node = plan.node
         x, weight = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else None
-        lifted = node.target == aten.conv2d.default
-        channels = x.meta["val"].shape[1]
-        b_t, _, a_t = transforms(plan.taps)
-        length = x.meta["val"].shape[2]
-        after = 2 * plan.tiles + plan.taps - 1 - (length + plan.padding)  # the last tile's samples
-        pads = [plan.padding, after]
-        padded = editor.emit(node, aten.constant_pad_nd.default, x, [0, 0, *pads] if lifted else pads, 0.0)
-        trailing = [1] if lifted else []
-        carrier = next(e for e in range(plan.taps + 1) if a_t[:, e].tolist() == [1.0] * a_t.shape[0])
-        products = []
-        for e in range(plan.taps + 1):
-            kernel = b_t[e].float().reshape(1, 1, -1, *trailing).repeat(channels, 1, 1, *trailing)
-            transform = editor.new_constant(kernel, f"{node.name}_winograd_in{e}")
-            point = editor.emit(
-                node, node.target, padded, transform, None, [2, *trailing], [0, *[0] * len(trailing)],
-                [1, *trailing], channels,
-            )  # fmt: skip
-            point_weight = editor.derived_constant(weight, f"winograd{plan.taps}_{e}", _point_weight(plan.taps, e))
-            products.append(editor.emit(node, node.target, point, point_weight, bias if e == carrier else None))
-        pair = [_signed_sum(editor, node, products, a_t[q].tolist()) for q in range(a_t.shape[0])]
-        stacked = editor.emit(node, aten.cat.default, pair, 1)
-        out = interleave(editor, node, stacked, [2, *trailing], 1)
-        if 2 * plan.tiles != plan.outputs:
-            out = editor.emit(node, aten.slice.Tensor, out, 2, 0, plan.outputs)
+        channels, lengths = x.meta["val"].shape[1], x.meta["val"].shape[2:]
+        per_axis = [transforms(k) for k in plan.kernel]
+        steps = [tile_outputs(k) for k in plan.kernel]
+        pads = []
+        for k, p, length, tiles, step in zip(plan.kernel, plan.padding, lengths, plan.tiles, steps):
+            pads.append((p, step * tiles + k - 1 - (length + p)))  # the last tile's samples
+        flat_pads = [p for before, after in reversed(pads) for p in (before, after)]  # last axis first
+        padded = editor.emit(node, aten.constant_pad_nd.default, x, flat_pads, 0.0)
+        points = list(itertools.product(*[range(b.shape[0]) for b, _, _ in per_axis]))
+        carrier = next(e for e in points if all(a[:, i].eq(1).all() for (_, _, a), i in zip(per_axis, e)))
+        products = {}
+        zeros, ones = [0] * len(steps), [1] * len(steps)
+        for e in points:
+            name = "_".join(map(str, e))
+            kernel = _outer([b[i] for (b, _, _), i in zip(per_axis, e)]).float()
+            kernel = kernel.expand(channels, 1, *kernel.shape).contiguous()  # one per channel: depthwise
+            transform = editor.new_constant(kernel, f"{node.name}_in{name}")
+            point = editor.emit(node, node.target, padded, transform, None, steps, zeros, ones, channels)
+            point_weight = editor.derived_constant(weight, f"winograd{name}", _point_weight(plan.kernel, e))
+            products[e] = editor.emit(node, node.target, point, point_weight, bias if e == carrier else None)
+        for axis, (_, _, a_t) in enumerate(per_axis):  # the output transform, one axis at a time
+            sums = {}
+            for key in products:
+                for q in range(a_t.shape[0]):
+                    out_key = (*key[:axis], q, *key[axis + 1 :])
+                    if out_key not in sums:
+                        terms = [(products[(*key[:axis], e, *key[axis + 1 :])], a_t[q, e]) for e in range(a_t.shape[1])]
+                        sums[out_key] = _signed_sum(editor, node, terms)
+            products = sums
+        phases = [products[q] for q in itertools.product(*[range(s) for s in steps])]  # phase-major
+        out = editor.emit(node, aten.cat.default, phases, 1) if len(phases) > 1 else phases[0]
+        out = interleave(editor, node, out, steps, 1)
+        for axis, (n, step, tiles) in enumerate(zip(plan.outputs, steps, plan.tiles)):
+            if step * tiles != n:
+                out = editor.emit(node, aten.slice.Tensor, out, 2 + axis, 0, n)
         editor.replace([node], out)
 
 
-def _point_weight(taps: int, e: int):
-    """W[o, c, k(, 1)] -> U_e[o, c, 1(, 1)] = sum_k G[e, k] W[o, c, k], computed in float64."""
+def _outer(vectors: list[torch.Tensor]) -> torch.Tensor:
+    """The outer product of 1-D tensors: the separable depthwise kernel of one point."""
+    result = vectors[0]
+    for vector in vectors[1:]:
+        result = result.unsqueeze(-1) * vector
+    return result
+
+
+def _point_weight(kernel: tuple[int, ...], e: tuple[int, ...]):
+    """W[o, c, k...] -> U_e[o, c, 1...] = sum_k G_1[e_1, k_1] ... G_D[e_D, k_D] W[o, c, k], in float64."""
 
     def compute(weight: torch.Tensor) -> torch.Tensor:
-        _, g, _ = transforms(taps)
-        combined = torch.einsum("k,ock...->oc...", g[e], weight.double())
-        return combined.unsqueeze(2).to(weight.dtype)
+        combined = weight.double()
+        for axis, (k, i) in enumerate(zip(kernel, e)):
+            g = transforms(k)[1][i]
+            combined = torch.tensordot(combined, g, dims=([2 + axis], [0])).unsqueeze(-1).movedim(-1, 2 + axis)
+        return combined.to(weight.dtype)
 
     return compute
 
 
-def _signed_sum(editor: ProgramEditor, anchor: Node, terms: list[Node], signs: list[float]) -> Node:
-    """sum_e signs[e] * terms[e] for signs in {-1, 0, 1}, as adds and subs (the first term positive)."""
-    order = sorted((e for e, s in enumerate(signs) if s != 0), key=lambda e: signs[e] < 0)
-    assert all(abs(signs[e]) == 1 for e in order) and signs[order[0]] > 0, signs
-    total = terms[order[0]]
-    for e in order[1:]:
-        total = editor.emit(anchor, aten.add.Tensor if signs[e] > 0 else aten.sub.Tensor, total, terms[e])
+def _signed_sum(editor: ProgramEditor, anchor: Node, terms: list[tuple[Node, torch.Tensor]]) -> Node:
+    """sum of sign * term for signs in {-1, 0, 1}, as adds and subs (a positive term first)."""
+    kept = sorted(((n, float(s)) for n, s in terms if s != 0), key=lambda term: term[1] < 0)
+    assert all(abs(s) == 1 for _, s in kept) and kept[0][1] > 0, [s for _, s in kept]
+    total = kept[0][0]
+    for term, sign in kept[1:]:
+        total = editor.emit(anchor, aten.add.Tensor if sign > 0 else aten.sub.Tensor, total, term)
     return total
