@@ -289,7 +289,7 @@ def main(
         "(p) phaseconv.prepare(model); (f) prepared + constants folded (the stock lowering fails)"
     )
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    if only and json_path.exists():  # a partial run updates its rows in the existing results
+    if (only or threads != "1,2") and json_path.exists():  # a partial run updates its rows in the results
         fresh = {(row["model"], row["threads"]) for row in rows}
         kept = [r for r in saved_rows(json_path, "models") if (r["model"], r["threads"]) not in fresh]
         rows = sorted(kept + rows, key=lambda r: (r["threads"], [c.name for c in CASES].index(r["model"])))
