@@ -1,0 +1,102 @@
+"""The models' convolutions alone, on every runtime: what this machine's kernels reach.
+
+    python benchmarks/convolutions.py [--runs 10] [--threads 1] [--only U-Net] [--json results/convolutions.json]
+
+Each convolution of benchmarks/variants.py's MODEL_CONVOLUTIONS (the shapes that carry the models'
+time) runs interleaved in one process as: stock ExecuTorch (XNNPACK's convolution), phaseconv
+lowered for any CPU and for this host (on x86-64 without AVX-512: Winograd or im2col, i.e. GEMMs),
+ONNX Runtime (its CPU provider on the torch.onnx export) and eager PyTorch. Multiply-adds per second
+count the convolution's own multiply-adds, `C_out * C_in * taps` per output position, whatever the
+program computes: a model whose convolutions run here at half ONNX Runtime's rate cannot beat it by
+rewriting the graph around them. Each convolution reads a depthwise 1x1 convolution's output, as
+in a network (its multiply-adds, `C_in` per position, are not counted): reading the program's own
+input instead, which arrives in NCHW, the host's Winograd and im2col forms ran 2.4-3.5x slower than
+XNNPACK's convolution on the 64- and 128-channel Mimi shapes (their window copies go through layout
+transposes).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.variants import MODEL_CONVOLUTIONS  # noqa: E402
+from benchmarks.workers import save_results  # noqa: E402
+
+console = Console(width=170)
+
+
+def main(
+    runs: int = typer.Option(10, help="timed rounds per convolution (median reported)"),
+    threads: int = typer.Option(1, help="threads of every runtime"),
+    only: str = typer.Option("", help="only convolutions whose name contains this"),
+    json_path: Path = typer.Option(Path("results/convolutions.json"), "--json", help="where to write the results"),
+) -> None:
+    from phaseconv.runtimes.executorch import set_threads
+
+    set_threads(threads)  # before any program is loaded
+
+    import torch
+    from torch import nn
+
+    import phaseconv
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
+    from phaseconv.runtimes.timing import interleaved_times, median_ms
+    from phaseconv.targets import host_target
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    rows = []
+    for label, (c_out, c_in, kernel, dilation, size) in MODEL_CONVOLUTIONS.items():
+        if only.lower() not in label.lower():
+            continue
+        padding = (dilation * (kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
+        # as in a network, the convolution reads another's output (a cheap depthwise one): XNNPACK keeps
+        # it channels-last; a program input comes in NCHW and costs im2col's windows transposes
+        conv = nn.Sequential(
+            nn.Conv2d(c_in, c_in, 1, groups=c_in),
+            nn.ReLU(),
+            nn.Conv2d(c_in, c_out, kernel, padding=padding, dilation=(dilation, 1)),
+        ).eval()
+        x = (torch.randn(1, c_in, *size),)
+        with torch.no_grad():
+            ep = torch.export.export(conv, x)
+            expected = conv(*x)
+        buffers = {
+            "stock ExecuTorch": to_xnnpack(ep).buffer,
+            "phaseconv, any": phaseconv.lower(ep, target="any").buffer,
+            "phaseconv, host": phaseconv.lower(ep, target="host").buffer,
+        }
+        runners = {name: LoadedProgram(buffer).run for name, buffer in buffers.items()}
+        runners["ONNX Runtime"] = OrtSession(to_onnx(ep), threads).run
+        runners["eager PyTorch"] = lambda inputs, conv=conv: [conv(*inputs)]
+        with torch.no_grad():
+            errors = {name: float((run(x)[0] - expected).abs().max()) for name, run in runners.items()}
+            times = interleaved_times({name: (lambda run=run, x=x: run(x)) for name, run in runners.items()}, runs)
+        macs = expected.numel() * c_in * kernel[0] * kernel[1]
+        ms = {name: median_ms(samples) for name, samples in times.items()}
+        rows.append({"convolution": label, "macs": macs, "ms": ms, "max_abs_error": errors})
+
+    table = Table(title=f"single convolutions, {threads} thread(s), GMAC/s (median ms), {runs} interleaved runs")
+    table.add_column("convolution")
+    for name in rows[0]["ms"] if rows else ():
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(
+            row["convolution"],
+            *(f"{row['macs'] / ms / 1e6:.1f} ({ms:.2f})" for ms in row["ms"].values()),
+        )
+    console.print(table)
+    save_results(json_path, rows, "convolution" if only else None, runs=runs, threads=threads, target=host_target())
+    console.print(f"wrote {json_path}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
