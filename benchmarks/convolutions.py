@@ -26,7 +26,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.variants import MODEL_CONVOLUTIONS  # noqa: E402
+from benchmarks.variants import MODEL_CONVOLUTIONS, model_convolution  # noqa: E402
 from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=170)
@@ -43,7 +43,6 @@ def main(
     set_threads(threads)  # before any program is loaded
 
     import torch
-    from torch import nn
 
     import phaseconv
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
@@ -54,18 +53,11 @@ def main(
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     rows = []
-    for label, (c_out, c_in, kernel, dilation, size) in MODEL_CONVOLUTIONS.items():
+    for label, (_, c_in, kernel, _, _) in MODEL_CONVOLUTIONS.items():
         if only.lower() not in label.lower():
             continue
-        padding = (dilation * (kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
-        # as in a network, the convolution reads another's output (a cheap depthwise one): XNNPACK keeps
-        # it channels-last; a program input comes in NCHW and costs im2col's windows transposes
-        conv = nn.Sequential(
-            nn.Conv2d(c_in, c_in, 1, groups=c_in),
-            nn.ReLU(),
-            nn.Conv2d(c_in, c_out, kernel, padding=padding, dilation=(dilation, 1)),
-        ).eval()
-        x = (torch.randn(1, c_in, *size),)
+        _, conv, x = model_convolution(label)
+        conv.eval()
         with torch.no_grad():
             ep = torch.export.export(conv, x)
             expected = conv(*x)

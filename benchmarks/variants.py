@@ -65,6 +65,20 @@ MODEL_CONVOLUTIONS = {
 SPLIT_CANDIDATES = list(MODEL_CONVOLUTIONS)[:11]
 
 
+def model_convolution(label: str):
+    """(conv, after_depthwise, inputs) of MODEL_CONVOLUTIONS[label]: the "same"-padded Conv2d, and
+    it reading a depthwise 1x1 convolution's output, as in a network (XNNPACK keeps that
+    channels-last; a program input comes in NCHW, and the rules' window copies then cost transposes)."""
+    import torch
+    from torch import nn
+
+    c_out, c_in, kernel, dilation, size = MODEL_CONVOLUTIONS[label]
+    padding = (dilation * (kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
+    conv = nn.Conv2d(c_in, c_out, kernel, padding=padding, dilation=(dilation, 1))
+    after_depthwise = nn.Sequential(nn.Conv2d(c_in, c_in, 1, groups=c_in), nn.ReLU(), conv)
+    return conv, after_depthwise, (torch.randn(1, c_in, *size),)
+
+
 def main(
     runs: int = typer.Option(20, help="timed rounds per case (median reported)"),
     threads: int = typer.Option(1, help="XNNPACK threads"),
@@ -207,15 +221,12 @@ def main(
         cases.append((f"{label} (crop_by_phase)", folded, inputs, variants))
     forced = [SplitConvRule(min_weight_bytes=0, min_taps=1, min_positions=1, spatial_dims=(1, 2))]
     every_im2col = [Im2colRule(min_in_channels=1, max_taps=math.inf, max_window_bytes=math.inf)]
-    for label, (c_out, c_in, kernel, dilation, size) in MODEL_CONVOLUTIONS.items():
-        padding = (dilation * (kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
-        conv = nn.Conv2d(c_in, c_out, kernel, padding=padding, dilation=(dilation, 1))
-        x = (torch.randn(1, c_in, *size),)
+    for label, (_, _, kernel, dilation, _) in MODEL_CONVOLUTIONS.items():
+        conv, after_depthwise, x = model_convolution(label)
         if label in SPLIT_CANDIDATES:
             variants = {"every one split": forced, "whole": []}
             cases.append((f"{label} (split_conv)", nn.Sequential(nn.ReLU(), conv, nn.ReLU()), x, variants))
-        # the rules copy windows channels-last: the convolution reads a (cheap, depthwise) convolution's output
-        chain = nn.Sequential(nn.Conv2d(c_in, c_in, 1, groups=c_in), nn.ReLU(), conv, nn.ReLU())
+        chain = nn.Sequential(*after_depthwise, nn.ReLU())
         variants = {"as a GEMM (every one)": every_im2col, "IGEMM convolution": []}
         cases.append((f"{label} (im2col)", chain, x, variants))
         if kernel[0] in (2, 3) and kernel[1] == 1 and dilation == 1:
