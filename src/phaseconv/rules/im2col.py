@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
+from phaseconv.graph.padding import pad_spatial
 from phaseconv.graph.program import ProgramEditor
 from phaseconv.rules.base import Skip
 
@@ -108,10 +109,7 @@ class Im2colRule:
         node = plan.node
         x, weight = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else None
-        padded = x
-        if any(plan.padding):
-            pads = [p for axis in reversed(plan.padding) for p in (axis, axis)]  # last axis first
-            padded = editor.emit(node, aten.constant_pad_nd.default, x, pads, 0.0)
+        padded = pad_spatial(editor, node, x, [(p, p) for p in plan.padding])
         windows = []
         for offsets in _tap_offsets(plan.kernel, plan.dilation):
             window = padded

@@ -141,17 +141,21 @@ class Lift1dRule:
     """Regions of conv1d and elementwise ops -> conv2d and the same ops on [N, C, T, 1].
 
     through_views: the ops after a view chain of a lifted value (an interleave) are lifted too;
-    for a lowering that moves such chains on the channels-last buffer (phaseconv.lower)."""
+    for a lowering that moves such chains on the channels-last buffer (phaseconv.lower).
+    lone: a convolution with no other in its region is lifted too; for the rules after this one
+    that turn a convolution into many ops on its input (winograd, im2col), which then read one
+    view of it, transposed once, instead of one per op."""
 
     name = "lift_1d"
     stage = 3  # after the rewrites and clean-ups: it sees the polyphase convs and ELU as emitted
 
-    def __init__(self, through_views: bool = False):
+    def __init__(self, through_views: bool = False, lone: bool = False):
         self.through_views = through_views
+        self.lone = lone
 
     def candidates(self, editor: ProgramEditor) -> list[Node]:
-        """The first 1-D convolution of each region of two or more: a conv alone gains nothing, its
-        views in and out are the unsqueeze and squeeze ExecuTorch puts there itself."""
+        """The first 1-D convolution of each region of two or more (or one, if `lone`): a conv alone
+        gains nothing, its views in and out are the unsqueeze and squeeze ExecuTorch puts there itself."""
         order = {node: index for index, node in enumerate(editor.graph.nodes)}
         lifted = _downstream(editor.graph, self.through_views)
         seen, leaders = set(), []
@@ -160,7 +164,7 @@ class Lift1dRule:
                 region = _region(node, lifted)
                 seen.update(region)
                 convolutions = sorted((n for n in region if _is_1d_conv(n)), key=order.get)
-                if len(convolutions) > 1:
+                if len(convolutions) > 1 or self.lone:
                     leaders.append(convolutions[0])
         return leaders
 

@@ -24,6 +24,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.interleave import interleave
+from phaseconv.graph.padding import pad_spatial
 from phaseconv.graph.program import ProgramEditor
 from phaseconv.math.winograd import tile_outputs, transforms
 from phaseconv.rules.base import Skip
@@ -99,8 +100,7 @@ class WinogradRule:
         pads = []
         for k, p, length, tiles, step in zip(plan.kernel, plan.padding, lengths, plan.tiles, steps):
             pads.append((p, step * tiles + k - 1 - (length + p)))  # the last tile's samples
-        flat_pads = [p for before, after in reversed(pads) for p in (before, after)]  # last axis first
-        padded = editor.emit(node, aten.constant_pad_nd.default, x, flat_pads, 0.0)
+        padded = pad_spatial(editor, node, x, pads)
         points = list(itertools.product(*[range(b.shape[0]) for b, _, _ in per_axis]))
         carrier = next(e for e in points if all(a[:, i].eq(1).all() for (_, _, a), i in zip(per_axis, e)))
         products = {}

@@ -1,0 +1,36 @@
+"""Emit the zero padding of a convolution's input, for the rules that read its windows themselves."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import Node
+
+from phaseconv.graph.program import ProgramEditor
+
+aten = torch.ops.aten
+VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default}
+
+
+def lifted_source(x: Node) -> Node | None:
+    """The [N, C, T] value that `x` views as [N, C, T, 1] (a lifted 1-D value), else None."""
+    if x.op != "call_function" or x.target not in VIEWS or not isinstance(x.args[0], Node):
+        return None
+    source, value = x.args[0].meta["val"], x.meta["val"]
+    return x.args[0] if source.dim() == 3 and value.dim() == 4 and value.shape[:3] == source.shape else None
+
+
+def pad_spatial(editor: ProgramEditor, anchor: Node, x: Node, pads: list[tuple[int, int]]) -> Node:
+    """x zero-padded by (before, after) on each spatial axis, emitted before `anchor`.
+
+    A lifted 1-D value is padded before its view: XNNPACK keeps a view's result NCHW, where a pad
+    of [N, C, T, 1] copies one element per row (64 channels, 48000 steps: about 70 ms, against
+    1.3 ms for the same pad of [N, C, T]); the view of the padded [N, C, T'] moves nothing.
+    """
+    if not any(p for axis in pads for p in axis):
+        return x
+    source = lifted_source(x)
+    if source is not None and pads[1] == (0, 0):
+        padded = editor.emit(anchor, aten.constant_pad_nd.default, source, list(pads[0]), 0.0)
+        return editor.emit(anchor, aten.view.default, padded, [*padded.meta["val"].shape, 1])
+    flat = [p for before, after in reversed(pads) for p in (before, after)]  # last axis first
+    return editor.emit(anchor, aten.constant_pad_nd.default, x, flat, 0.0)
