@@ -15,8 +15,14 @@ aten = torch.ops.aten
 CASES = {
     "winograd, a convolution alone": (nn.Conv1d(64, 32, 3, padding=1), "winograd"),
     "im2col, a convolution alone": (nn.Conv1d(64, 32, 5, padding=2), "im2col"),
-    "winograd, a chain's first": (nn.Sequential(nn.Conv1d(64, 64, 3, padding=1), nn.ELU(), nn.Conv1d(64, 32, 1)), "winograd"),
-    "im2col, a chain's first": (nn.Sequential(nn.Conv1d(64, 64, 5, padding=2), nn.ELU(), nn.Conv1d(64, 32, 1)), "im2col"),
+    "winograd, a chain's first": (
+        nn.Sequential(nn.Conv1d(64, 64, 3, padding=1), nn.ELU(), nn.Conv1d(64, 32, 1)),
+        "winograd",
+    ),
+    "im2col, a chain's first": (
+        nn.Sequential(nn.Conv1d(64, 64, 5, padding=2), nn.ELU(), nn.Conv1d(64, 32, 1)),
+        "im2col",
+    ),
 }
 
 

@@ -47,19 +47,11 @@ LOWERING_RULES: tuple[Rule, ...] = tuple(
 # ... and for a CPU whose XNNPACK convolutions run at half its GEMM speed (phaseconv.targets): the
 # convolutions as GEMMs, by Winograd where it applies, else im2col, before split_conv would split them.
 AS_GEMMS = (WinogradRule(), Im2colRule())
-
-
-def _for_gemms(rule: Rule) -> tuple[Rule, ...]:
-    """The x86-fma3 form of a lowering rule: a 1-D convolution alone is lifted too (the many ops
-    winograd and im2col emit on its input then read one view of it), and those two before split_conv."""
-    if rule.name == "lift_1d":
-        return (Lift1dRule(through_views=True, lone=True),)
-    return (*AS_GEMMS, rule) if rule.name == "split_conv" else (rule,)
-
-
 TARGET_RULES: dict[str, tuple[Rule, ...]] = {
     "any": LOWERING_RULES,
-    "x86-fma3": tuple(r for rule in LOWERING_RULES for r in _for_gemms(rule)),
+    "x86-fma3": tuple(
+        r for rule in LOWERING_RULES for r in ((*AS_GEMMS, rule) if rule.name == "split_conv" else (rule,))
+    ),
 }
 # What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32,
 # and no split of large float weights (int8 weights are a quarter of the size: measured for fp32).

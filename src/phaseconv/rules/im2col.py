@@ -27,6 +27,7 @@ from torch.fx import Node
 from phaseconv.graph.padding import pad_spatial
 from phaseconv.graph.program import ProgramEditor
 from phaseconv.rules.base import Skip
+from phaseconv.rules.lift_1d import lift_convolution
 
 aten = torch.ops.aten
 CONVOLUTIONS = {aten.conv1d.default: 1, aten.conv2d.default: 2}
@@ -106,6 +107,9 @@ class Im2colRule:
         return f"{taps} shifted windows concatenated, one 1x1 convolution (a GEMM)"
 
     def apply(self, plan: Im2colPlan, editor: ProgramEditor) -> None:
+        if plan.node.target == aten.conv1d.default:  # alone, not lifted: its ops then read one view
+            plan = self.check(lift_convolution(editor, plan.node), editor)
+            assert isinstance(plan, Im2colPlan), plan  # the conditions checked do not change
         node = plan.node
         x, weight = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else None

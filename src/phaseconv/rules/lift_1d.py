@@ -100,6 +100,22 @@ def _inferred(shape) -> list[int]:
 SHAPE_CHAIN = {*VIEWS, aten.reshape.default, aten.permute.default, aten.permute_copy.default, aten.transpose.int}
 
 
+def _as_conv2d(editor: ProgramEditor, conv: Node, x4: Node) -> Node:
+    """conv1d(x, w, b, s, p, d, g) as conv2d(x4, w[..., None], b, (s, 1), (p, 0), (d, 1), g), x4 = x[..., None]."""
+    _, w, bias, stride, padding, dilation, groups = (*conv.args, *CONV1D_DEFAULTS[len(conv.args) - 2 :])
+    weight = editor.derived_constant(w, "as_2d", lambda t: t.unsqueeze(-1))
+    return editor.emit(conv, aten.conv2d.default, x4, weight, bias, [*stride, 1], [*padding, 0], [*dilation, 1], groups)
+
+
+def lift_convolution(editor: ProgramEditor, conv: Node) -> Node:
+    """A conv1d alone -> view(conv2d(view(x, [N, C, T, 1]), ...), [N, C', T']); returns the conv2d.
+    For the rules that turn a convolution into many ops on its input: they then read one view."""
+    x = conv.args[0]
+    lifted = _as_conv2d(editor, conv, editor.emit(conv, aten.view.default, x, [*_inferred(x.meta["val"].shape), 1]))
+    editor.replace([conv], editor.emit(conv, aten.view.default, lifted, _inferred(conv.meta["val"].shape)))
+    return lifted
+
+
 def _chain_source(node: Node) -> Node | None:
     """The value a chain of views and permutes ending at the 3-D float `node` starts from (a 1-D
     polyphase interleave: view, permute, view), or None when `node` ends no such chain."""
@@ -141,21 +157,17 @@ class Lift1dRule:
     """Regions of conv1d and elementwise ops -> conv2d and the same ops on [N, C, T, 1].
 
     through_views: the ops after a view chain of a lifted value (an interleave) are lifted too;
-    for a lowering that moves such chains on the channels-last buffer (phaseconv.lower).
-    lone: a convolution with no other in its region is lifted too; for the rules after this one
-    that turn a convolution into many ops on its input (winograd, im2col), which then read one
-    view of it, transposed once, instead of one per op."""
+    for a lowering that moves such chains on the channels-last buffer (phaseconv.lower)."""
 
     name = "lift_1d"
     stage = 3  # after the rewrites and clean-ups: it sees the polyphase convs and ELU as emitted
 
-    def __init__(self, through_views: bool = False, lone: bool = False):
+    def __init__(self, through_views: bool = False):
         self.through_views = through_views
-        self.lone = lone
 
     def candidates(self, editor: ProgramEditor) -> list[Node]:
-        """The first 1-D convolution of each region of two or more (or one, if `lone`): a conv alone
-        gains nothing, its views in and out are the unsqueeze and squeeze ExecuTorch puts there itself."""
+        """The first 1-D convolution of each region of two or more: a conv alone gains nothing, its
+        views in and out are the unsqueeze and squeeze ExecuTorch puts there itself."""
         order = {node: index for index, node in enumerate(editor.graph.nodes)}
         lifted = _downstream(editor.graph, self.through_views)
         seen, leaders = set(), []
@@ -164,7 +176,7 @@ class Lift1dRule:
                 region = _region(node, lifted)
                 seen.update(region)
                 convolutions = sorted((n for n in region if _is_1d_conv(n)), key=order.get)
-                if len(convolutions) > 1 or self.lone:
+                if len(convolutions) > 1:
                     leaders.append(convolutions[0])
         return leaders
 
@@ -218,12 +230,7 @@ class Lift1dRule:
         for node in plan.region:
             anchor = node
             if _is_1d_conv(node):
-                x, w, bias, stride, padding, dilation, groups = (*node.args, *CONV1D_DEFAULTS[len(node.args) - 2 :])
-                weight = editor.derived_constant(w, "as_2d", lambda t: t.unsqueeze(-1))
-                new = editor.emit(
-                    node, aten.conv2d.default, into(x), weight, bias,
-                    [*stride, 1], [*padding, 0], [*dilation, 1], groups,
-                )  # fmt: skip
+                new = _as_conv2d(editor, node, into(node.args[0]))
             elif node.target in VIEWS or node.target == aten.reshape.default:
                 new = into(node.args[0])
             elif node.target == aten.slice.Tensor:

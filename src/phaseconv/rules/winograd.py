@@ -29,6 +29,7 @@ from phaseconv.graph.program import ProgramEditor
 from phaseconv.math.winograd import tile_outputs, transforms
 from phaseconv.rules.base import Skip
 from phaseconv.rules.im2col import CONVOLUTIONS, _settings
+from phaseconv.rules.lift_1d import lift_convolution
 
 aten = torch.ops.aten
 
@@ -91,6 +92,9 @@ class WinogradRule:
         return f"F(2, {taps}): {points} GEMMs of {math.prod(plan.tiles)} tiles instead of {math.prod(plan.kernel)}"
 
     def apply(self, plan: WinogradPlan, editor: ProgramEditor) -> None:
+        if plan.node.target == aten.conv1d.default:  # alone, not lifted: its ops then read one view
+            plan = self.check(lift_convolution(editor, plan.node), editor)
+            assert isinstance(plan, WinogradPlan), plan  # the conditions checked do not change
         node = plan.node
         x, weight = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else None
