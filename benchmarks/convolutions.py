@@ -1,6 +1,7 @@
 """The models' convolutions alone, on every runtime: what this machine's kernels reach.
 
-    python benchmarks/convolutions.py [--runs 10] [--threads 1] [--only U-Net] [--json results/convolutions.json]
+    python benchmarks/convolutions.py [--runs 10] [--threads 1] [--only U-Net] [--program-input]
+                                      [--json results/convolutions.json]
 
 Each convolution of benchmarks/variants.py's MODEL_CONVOLUTIONS (the shapes that carry the models'
 time) runs interleaved in one process as: stock ExecuTorch (XNNPACK's convolution), phaseconv
@@ -9,10 +10,8 @@ ONNX Runtime (its CPU provider on the torch.onnx export) and eager PyTorch. Mult
 count the convolution's own multiply-adds, `C_out * C_in * taps` per output position, whatever the
 program computes: a model whose convolutions run here at half ONNX Runtime's rate cannot beat it by
 rewriting the graph around them. Each convolution reads a depthwise 1x1 convolution's output, as
-in a network (its multiply-adds, `C_in` per position, are not counted): reading the program's own
-input instead, which arrives in NCHW, the host's Winograd and im2col forms ran 2.4-3.5x slower than
-XNNPACK's convolution on the 64- and 128-channel Mimi shapes (their window copies go through layout
-transposes).
+in a network (its multiply-adds, `C_in` per position, are not counted); with --program-input it
+reads the program's input, which arrives in NCHW (results/convolutions-program-input.json).
 """
 
 from __future__ import annotations
@@ -36,7 +35,8 @@ def main(
     runs: int = typer.Option(10, help="timed rounds per convolution (median reported)"),
     threads: int = typer.Option(1, help="threads of every runtime"),
     only: str = typer.Option("", help="only convolutions whose name contains this"),
-    json_path: Path = typer.Option(Path("results/convolutions.json"), "--json", help="where to write the results"),
+    program_input: bool = typer.Option(False, help="each convolution reads the program's input (NCHW) instead"),
+    json_path: Path = typer.Option(None, "--json", help="where to write the results [results/convolutions.json]"),
 ) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
@@ -56,7 +56,8 @@ def main(
     for label, (_, c_in, kernel, _, _) in MODEL_CONVOLUTIONS.items():
         if only.lower() not in label.lower():
             continue
-        _, conv, x = model_convolution(label)
+        alone, after_depthwise, x = model_convolution(label)
+        conv = alone if program_input else after_depthwise
         conv.eval()
         with torch.no_grad():
             ep = torch.export.export(conv, x)
@@ -76,7 +77,10 @@ def main(
         ms = {name: median_ms(samples) for name, samples in times.items()}
         rows.append({"convolution": label, "macs": macs, "ms": ms, "max_abs_error": errors})
 
-    table = Table(title=f"single convolutions, {threads} thread(s), GMAC/s (median ms), {runs} interleaved runs")
+    reads = "the program input" if program_input else "a depthwise convolution"
+    table = Table(
+        title=f"single convolutions reading {reads}, {threads} thread(s), GMAC/s (median ms), {runs} interleaved runs"
+    )
     table.add_column("convolution")
     for name in rows[0]["ms"] if rows else ():
         table.add_column(name, justify="right")
@@ -86,6 +90,7 @@ def main(
             *(f"{row['macs'] / ms / 1e6:.1f} ({ms:.2f})" for ms in row["ms"].values()),
         )
     console.print(table)
+    json_path = json_path or Path(f"results/convolutions{'-program-input' if program_input else ''}.json")
     save_results(json_path, rows, "convolution" if only else None, runs=runs, threads=threads, target=host_target())
     console.print(f"wrote {json_path}")
 

@@ -1,5 +1,6 @@
-"""winograd and im2col on a 1-D convolution that reads NCHW data (the program's input, a view of it):
-its input is padded as [N, C, T], viewed once and transposed once for all the ops that read it."""
+"""winograd and im2col on a 1-D convolution that reads NCHW data (the program's input, a view of it,
+or a conv2d on a [N, C, T, 1] input): its input is padded as [N, C, T], and transposed once for
+all the ops that read it."""
 
 import pytest
 import torch
@@ -15,6 +16,8 @@ aten = torch.ops.aten
 CASES = {
     "winograd, a convolution alone": (nn.Conv1d(64, 32, 3, padding=1), "winograd"),
     "im2col, a convolution alone": (nn.Conv1d(64, 32, 5, padding=2), "im2col"),
+    "winograd, conv2d on [N, C, T, 1]": (nn.Conv2d(64, 32, (3, 1), padding=(1, 0)), "winograd"),
+    "im2col, conv2d on [N, C, T, 1]": (nn.Conv2d(64, 32, (5, 1), padding=(2, 0)), "im2col"),
     "winograd, a chain's first": (
         nn.Sequential(nn.Conv1d(64, 64, 3, padding=1), nn.ELU(), nn.Conv1d(64, 32, 1)),
         "winograd",
@@ -29,7 +32,7 @@ CASES = {
 @pytest.mark.parametrize("name", CASES)
 def test_padded_in_3d_transposed_once_and_exact(name):
     module, rule = CASES[name]
-    x = torch.randn(1, 64, 37)
+    x = torch.randn(1, 64, 37, 1) if isinstance(module, nn.Conv2d) else torch.randn(1, 64, 37)
     ep = export(module, x)
     rewritten = phaseconv.rewrite(ep, TARGET_RULES["x86-fma3"])
     pads = [n.args[0].meta["val"].dim() for n in rewritten.graph.nodes if n.target == aten.constant_pad_nd.default]
