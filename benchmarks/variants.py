@@ -189,7 +189,7 @@ def main(
         """Real decoders (prepared) lowered as phaseconv.lower does, and the same without `rule`."""
         without = (tuple(r for r in LOWERING_RULES if r.name != rule), as_lowered[1])
         for label in labels:
-            if only.lower() in f"{label} {rule}".lower():
+            if only.lower() in f"{label} ({rule})".lower():
                 module, inputs = decoders[label]()
                 variants = {applied: as_lowered, left: without}
                 cases.append((f"{label} ({rule})", phaseconv.prepare(module), inputs, variants))
@@ -209,7 +209,7 @@ def main(
         ("MI-GAN-like 128x128", image.migan_generator),
         ("StyleGAN2-like", stylegan.stylegan2_generator),
     ):
-        if only.lower() not in f"{label} crop_by_phase".lower():
+        if only.lower() not in f"{label} (crop_by_phase)".lower():
             continue
         module, inputs = build()
         # Stock ExecuTorch lowers the StyleGAN2-like network only with its constants folded (as in models.py).
@@ -233,18 +233,18 @@ def main(
             variants = {"Winograd F(2, r)": [WinogradRule(min_channels=1)], "im2col": every_im2col}
             cases.append((f"{label} (winograd)", chain, x, variants))
     for label in decoders:
-        if only.lower() in f"{label} im2col".lower():
+        if only.lower() in f"{label} (im2col)".lower():
             module, inputs = decoders[label]()
             variants = {"for x86-fma3": (TARGET_RULES["x86-fma3"], PHASECONV_LOWERING), "for any": as_lowered}
             cases.append((f"{label} (im2col)", phaseconv.prepare(module), inputs, variants))
-        if only.lower() in f"{label} winograd".lower():
+        if only.lower() in f"{label} (winograd)".lower():
             module, inputs = decoders[label]()
             im2col_only = (tuple(r for r in TARGET_RULES["x86-fma3"] if r.name != "winograd"), PHASECONV_LOWERING)
             variants = {"for x86-fma3": (TARGET_RULES["x86-fma3"], PHASECONV_LOWERING), "im2col only": im2col_only}
             cases.append((f"{label} (winograd)", phaseconv.prepare(module), inputs, variants))
     before_chains = (tuple(Lift1dRule() if r.name == "lift_1d" else r for r in LOWERING_RULES), {"xnnpack_elu": True})
     for label, build in [*decoders.items(), ("MI-GAN-like 128x128", image.migan_generator)]:
-        if only.lower() in f"{label} shape_chains".lower():
+        if only.lower() in f"{label} (shape_chains)".lower():
             module, inputs = build()
             variants = {"shape chains on the buffer (phaseconv.lower)": as_lowered, "through NCHW": before_chains}
             cases.append((f"{label} (shape_chains)", phaseconv.prepare(module), inputs, variants))
