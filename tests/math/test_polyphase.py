@@ -18,6 +18,8 @@ from phaseconv.math.polyphase import (
     phase_slice,
     phase_weight,
     phase_window,
+    space_to_depth,
+    strided_as_phases_weight,
 )
 
 CONV_TRANSPOSE = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -172,3 +174,25 @@ def test_property_each_phase_read_on_its_own_needs_no_crop(stride, kernel, paddi
     actual = interleave_phases(torch.cat(convs, 1), [stride], 1)
     expected = F.conv_transpose1d(x, w, None, stride, padding, output_padding, 3, dilation)[..., start:stop]
     torch.testing.assert_close(actual, expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kernel=st.lists(st.integers(1, 5), min_size=1, max_size=2),
+    stride=st.lists(st.integers(1, 3), min_size=2, max_size=2),
+    outputs=st.lists(st.integers(1, 5), min_size=2, max_size=2),
+)
+def test_a_strided_correlation_is_a_stride_1_one_over_the_input_phases(kernel, stride, outputs):
+    """y = conv(xp, W, stride s) = conv(space_to_depth(xp'), W'), xp' padded or cut to
+    s * (outputs + ceil(k / s) - 1), in float64."""
+    axes = len(kernel)
+    stride, outputs = stride[:axes], outputs[:axes]
+    generator = torch.Generator().manual_seed(sum(kernel) * 31 + sum(stride) * 7 + sum(outputs))
+    lengths = [s * (n - 1) + k for s, n, k in zip(stride, outputs, kernel)]  # exactly `outputs` outputs
+    x = torch.randn(2, 3, *lengths, dtype=torch.float64, generator=generator)
+    w = torch.randn(4, 3, *kernel, dtype=torch.float64, generator=generator)
+    conv = F.conv1d if axes == 1 else F.conv2d
+    needed = [s * (n + -(-k // s) - 1) for s, n, k in zip(stride, outputs, kernel)]
+    pads = [p for size, n in reversed(list(zip(lengths, needed))) for p in (0, n - size)]
+    folded = conv(space_to_depth(F.pad(x, pads), stride), strided_as_phases_weight(w, stride))
+    torch.testing.assert_close(folded, conv(x, w, stride=stride), rtol=1e-12, atol=1e-12)

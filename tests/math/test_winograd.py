@@ -1,11 +1,12 @@
 """Winograd's F(2, r) on plain tensors: the transforms, and the correlation they compute."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phaseconv.math.winograd import correlate, transforms
+from phaseconv.math.winograd import correlate, row_support, transforms
 
 
 def test_f23_is_the_known_algorithm():
@@ -40,3 +41,14 @@ def test_float32_rounding_is_no_worse_than_the_direct_form():
     exact = F.conv1d(x.double(), w.double())
     direct = (F.conv1d(x, w) - exact).abs().max()
     assert (correlate(x, w) - exact).abs().max() <= 2 * direct
+
+
+@pytest.mark.parametrize("taps", [1, 2, 3])
+def test_each_row_of_b_transposed_is_its_support(taps):
+    """Its nonzeros, placed from the offset at the spacing, give the row back (what a 2-D point's
+    sparse depthwise kernel reads)."""
+    for row in transforms(taps)[0]:
+        values, offset, spacing = row_support(row)
+        rebuilt = torch.zeros_like(row)
+        rebuilt[offset : offset + spacing * len(values) : spacing] = values
+        assert torch.equal(rebuilt, row) and len(values) <= 2

@@ -34,6 +34,10 @@ CASES = {
     "a lifted residual unit": (ResidualUnit(), (1, 16, 30)),
     "2-D 3x3, padded, odd sizes": (nn.Conv2d(16, 8, 3, padding=1), (1, 16, 9, 7)),
     "2-D 2x3, no padding": (nn.Conv2d(16, 8, (2, 3)), (2, 16, 6, 8)),
+    "2-D 3x3, stride 2, padded": (nn.Conv2d(8, 16, 3, 2, 1), (1, 8, 12, 10)),
+    "3 taps, stride 2, odd length": (nn.Conv1d(16, 16, 3, 2, 1), (1, 16, 21)),
+    "4 taps, stride 2, the input's last sample unread": (nn.Conv1d(16, 16, 4, 2), (1, 16, 21)),
+    "2-D 3x3, strides 2 and 1": (nn.Conv2d(8, 16, 3, (2, 1)), (1, 8, 9, 8)),
 }
 
 
@@ -43,12 +47,29 @@ def test_same_values_in_eager_and_through_the_runtime(name):
     x = torch.randn(shape)
     ep = export(module, x)
     applied = [d for d in decisions_of("winograd", ep, WITH_WINOGRAD) if d.applied]
-    assert len(applied) == 1 and applied[0].detail.startswith("F(2, "), applied
+    assert len(applied) == 1 and "F(2, " in applied[0].detail, applied
     rewritten = phaseconv.rewrite(ep, WITH_WINOGRAD)
     assert_close(run(rewritten, x), run(ep, x))
     summary, _ = assert_one_partition_matching(rewritten, ep, x)
     points = int(re.search(r": (\d+) GEMMs", applied[0].detail).group(1))
     assert summary.inside["XNNDepthwiseConv2d"] == points  # one input transform per point
+
+
+@pytest.mark.parametrize(
+    "conv, shape, kernels, slices",
+    [
+        (nn.Conv2d(16, 16, 3, padding=1), (1, 16, 12, 10), {(2, 2)}, 3),  # offsets 0 or 1 on each axis
+        (nn.Conv2d(16, 16, (2, 3)), (1, 16, 7, 10), {(1, 2), (2, 2)}, 3),  # 2 taps: rows {0, 1}, {1}, {1, 2}
+        (nn.Conv1d(16, 16, 3, padding=1), (1, 16, 12), {(4, 1)}, 0),  # 4 taps: one pass as it is
+    ],
+    ids=["3x3", "2x3", "1-D"],
+)
+def test_a_2d_point_reads_only_its_nonzero_taps(conv, shape, kernels, slices):
+    ep = export(conv, torch.randn(shape))
+    graph = phaseconv.rewrite(ep, WITH_WINOGRAD).graph
+    depthwise = [n for n in graph.nodes if n.target == aten.conv2d.default and n.args[-1] == 16]
+    assert {tuple(n.args[1].meta["val"].shape[2:]) for n in depthwise} == kernels
+    assert sum(n.target == aten.slice.Tensor for n in graph.nodes) == slices
 
 
 def test_phaseconv_lower_for_x86_fma3_prefers_it_to_im2col():
@@ -66,7 +87,7 @@ def test_phaseconv_lower_for_x86_fma3_prefers_it_to_im2col():
     "module, shape, reason",
     [
         (nn.Conv1d(16, 16, 3, dilation=2), (1, 16, 30), "dilation [2]"),
-        (nn.Conv1d(16, 16, 3, stride=2), (1, 16, 30), "stride [2]"),
+        (nn.Conv1d(16, 16, 2, stride=2), (1, 16, 30), "stride [2] as large as the kernel"),
         (nn.Conv1d(16, 16, 3, groups=2), (1, 16, 30), "grouped convolution (2 groups)"),
         (nn.Conv1d(16, 4, 3), (1, 16, 30), "16 -> 4 channels"),
         (nn.Conv1d(16, 16, 3).half(), (1, 16, 30), "torch.float16 convolution"),

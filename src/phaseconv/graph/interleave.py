@@ -1,4 +1,4 @@
-"""Emit the interleave of phases (depth-to-space) into a graph."""
+"""Emit the interleave of phases (depth-to-space) into a graph, and its inverse."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.math.polyphase import interleave_steps
+from phaseconv.math.polyphase import interleave_steps, space_to_depth_steps
 
 aten = torch.ops.aten
 
@@ -41,3 +41,12 @@ def interleave(
     batch = batch if isinstance(batch, int) else -1
     lengths = [q * s if q != -1 else -1 for q, s in zip(blocks, stride)]
     return editor.emit(anchor, aten.view.default, result, [batch, groups * channels, *lengths])
+
+
+def space_to_depth(editor: ProgramEditor, anchor: Node, x: Node, stride: list[int]) -> Node:
+    """Emit view/permute/view turning [N, C, s*Q...] into [N, prod(s)*C, Q...], phase-major (the
+    inverse of an interleave; `math.polyphase.space_to_depth_steps`)."""
+    split, order, shape = space_to_depth_steps(list(x.meta["val"].shape), stride)
+    phases = editor.emit(anchor, aten.view.default, x, split)
+    phases = editor.emit(anchor, aten.permute_copy.default, phases, order)
+    return editor.emit(anchor, aten.view.default, phases, shape)

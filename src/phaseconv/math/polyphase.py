@@ -346,3 +346,31 @@ def conv_transpose_as_polyphase(
     for dim, w in enumerate(windows, start=2):
         y = y.narrow(dim, w.crop_start, w.crop_stop - w.crop_start)
     return y
+
+
+def strided_as_phases_weight(weight: torch.Tensor, stride: list[int]) -> torch.Tensor:
+    """W [O, C, k...] of a stride-s correlation -> W' [O, prod(s)*C, ceil(k/s)...] of the stride-1
+    correlation over the input's phases stacked on channels (space to depth, phase-major):
+
+        y[i] = sum_u W[u] xp[s*i + u] = sum_{a < s, v} W[s*v + a] xs_a[i + v],   xs_a[q] = xp[s*q + a]
+
+    so W'[o, (a, c), v] = W[o, c, s*v + a], zero where s*v + a >= k (per spatial axis)."""
+    kernel = weight.shape[2:]
+    pads = [p for k, s in reversed(list(zip(kernel, stride))) for p in (0, -(-k // s) * s - k)]
+    return space_to_depth(F.pad(weight, pads), stride)  # the weight's own taps, split into phases
+
+
+def space_to_depth_steps(shape: list[int], stride: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """(view, permutation, view) taking x [N, C, s*Q...] to [N, prod(s)*C, Q...], phase-major:
+    channel (a, c) at q holds x[c, s*q + a]. In NHWC the permutation moves rows of s*C values."""
+    batch, channels, *lengths = shape
+    split = [batch, channels] + [n for length, s in zip(lengths, stride) for n in (length // s, s)]
+    axes = len(lengths)
+    order = [0, *[3 + 2 * i for i in range(axes)], 1, *[2 + 2 * i for i in range(axes)]]
+    return split, order, [batch, math.prod(stride) * channels, *[n // s for n, s in zip(lengths, stride)]]
+
+
+def space_to_depth(x: torch.Tensor, stride: list[int]) -> torch.Tensor:
+    """x [N, C, s*Q...] -> [N, prod(s)*C, Q...] (space_to_depth_steps)."""
+    split, order, shape = space_to_depth_steps(list(x.shape), stride)
+    return x.reshape(split).permute(order).reshape(shape)

@@ -79,6 +79,16 @@ def transforms(taps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return as_tensor(c_transposed), as_tensor(g), as_tensor(a_transposed)
 
 
+def row_support(row: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """A row of B^T as (its nonzero entries, the first one's index, their spacing): the taps, offset
+    and dilation of the same sum over fewer samples. Every row of F(2, 2) and F(2, 3) has one or two
+    nonzeros ({0, 2}, {1, 2}, {1, 3} for three taps); more must be evenly spaced."""
+    (nonzero,) = torch.nonzero(row, as_tuple=True)
+    spacing = int(nonzero[1] - nonzero[0]) if len(nonzero) > 1 else 1
+    assert all(int(b - a) == spacing for a, b in zip(nonzero[:-1], nonzero[1:])), row
+    return row[nonzero], int(nonzero[0]), spacing
+
+
 def _denominator(points: list[Fraction], j: int) -> Fraction:
     value = Fraction(1)
     for index, p in enumerate(points):
