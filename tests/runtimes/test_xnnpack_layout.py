@@ -83,3 +83,25 @@ def test_phaseconv_lower_moves_the_1d_interleave_without_a_transpose():
     lowered = phaseconv.lower(export(module, x))
     assert lowered.summary.layout_transposes == 2, lowered.summary.inside
     assert_close(LoadedProgram(lowered.buffer).run((x,))[0], run(export(module, x), x))
+
+
+def _transpose_permutations(buffer: bytes) -> list[list[int]]:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    from phaseconv.runtimes.pte import _xnnpack_graph
+
+    program = deserialize_pte_binary(buffer).program
+    graph = _xnnpack_graph(program.backend_delegate_data[0].data)
+    return [n["xnode_union"]["perm"] for n in graph["xnodes"] if n["xnode_union_type"] == "XNNStaticTranspose"]
+
+
+def test_a_2d_interleave_the_program_returns_is_moved_in_rows_then_made_nchw():
+    """Straight to NCHW the interleave would gather single values (64 channels, 128x128: 4.6 ms
+    against 1.5 for rows then the one NHWC -> NCHW transpose, measured here)."""
+    x = torch.randn(1, 32, 12, 10)
+    module = nn.Conv2d(32, 32, 3, padding=1)  # Winograd's tiles of 2x2 outputs, interleaved
+    lowered = phaseconv.lower(export(module, x), target="x86-fma3")
+    layouts = ([0, 2, 3, 1], [0, 3, 1, 2])  # the program's input to NHWC, its output to NCHW
+    moves = [p for p in _transpose_permutations(lowered.buffer) if p not in layouts]
+    assert moves and all(p[-1] == len(p) - 1 for p in moves), _transpose_permutations(lowered.buffer)
+    assert_close(LoadedProgram(lowered.buffer).run((x,))[0], run(export(module, x), x))

@@ -29,6 +29,12 @@ class FlatTranspose:
         """False when the chain is a reshape: the buffer's order is unchanged."""
         return self.perm != tuple(range(len(self.perm)))
 
+    @property
+    def copies_rows(self) -> bool:
+        """Whether the innermost axis stays innermost: rows of it are copied whole, not gathered
+        one value at a time."""
+        return self.perm[-1] == len(self.perm) - 1
+
 
 def physical_offsets(shape, channels_last: bool) -> torch.Tensor:
     """A tensor of logical `shape` whose entries are their offsets in the buffer: row-major, or

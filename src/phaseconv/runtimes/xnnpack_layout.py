@@ -15,7 +15,10 @@ reshape, or a reshape, one transpose and a reshape (XNNPACK's reshape takes the 
 - `CollapseShapeChainsPass` (before the layout pass): chains in the logical layout;
 - `ChannelsLastChainsPass` (the layout pass itself, extended): a chain that starts at a
   channels-last tensor ends channels-last when it ends in 4-D and nothing it feeds needs NCHW, so
-  the ops after a convolution's interleave stay channels-last too.
+  the ops after a convolution's interleave stay channels-last too. A chain ending where NCHW is
+  needed (the program's output) whose one transpose would gather single values (a 2-D interleave
+  straight to NCHW) is moved in rows on the buffer instead, and the pass's own NHWC -> NCHW
+  transpose follows: 64 channels at 128x128, 4.6 ms for the one against 1.5 for the two (ETDump).
 
 A chain is left as it is when it has a dynamic size, quantized values, more than six axes to
 transpose, or no transpose to save.
@@ -166,13 +169,16 @@ class ChannelsLastChainsPass(ChannelsLastTaggedReshapePass):
         end = chain[-1]
         if any(_is_quantize_op(user) for user in end.users):
             return False
-        end_nhwc = end.meta["val"].dim() == 4 and not any(
-            user.op == "output" or self.requires_nchw_inputs(user) for user in end.users
-        )
+        wants_nchw = any(user.op == "output" or self.requires_nchw_inputs(user) for user in end.users)
+        end_nhwc = end.meta["val"].dim() == 4 and not wants_nchw
         transpose = _flat_transpose(source, chain, True, end_nhwc)
         # through NCHW: a transpose out of NHWC, the chain's own, one back when its end is NHWC
         if transpose is None or transpose.moves >= 1 + _transposes(chain) + end_nhwc:
             return False
+        if end.meta["val"].dim() == 4 and transpose.moves and not transpose.copies_rows:
+            in_rows = _flat_transpose(source, chain, True, True)  # then the pass's own NHWC -> NCHW
+            if in_rows is not None and in_rows.copies_rows and in_rows.moves <= _transposes(chain):
+                transpose, end_nhwc = in_rows, True
         end.replace_all_uses_with(_emit(graph, source, transpose, end, end_nhwc))
         return True
 
