@@ -9,6 +9,8 @@ from torch.export import Dim
 
 import phaseconv
 from phaseconv.rules.winograd import WinogradRule
+from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
 
 aten = torch.ops.aten
@@ -101,11 +103,26 @@ def test_declines_say_why(module, shape, reason):
     assert not decision.applied and reason in decision.reason, decision
 
 
-def test_a_dynamic_length_is_declined():
+def test_a_dynamic_length_of_any_parity_is_declined():
     x = torch.randn(1, 16, 30)
     ep = export(nn.Conv1d(16, 16, 3), x, dynamic_shapes=({2: Dim("t", min=4, max=100)},))
     (decision,) = decisions_of("winograd", ep, WITH_WINOGRAD)
-    assert not decision.applied and "dynamic size" in decision.reason
+    assert not decision.applied and "not known to be even" in decision.reason
+
+
+def test_an_even_dynamic_length_runs_in_one_partition_at_every_length():
+    """Whole tiles at every length: no crop of run-time length, which XNNPACK would leave outside."""
+    x = torch.randn(1, 16, 40)
+    module = ResidualUnit()
+    ep = export(module, x, dynamic_shapes=({2: 2 * Dim("t", min=2, max=100)},))
+    assert [d.applied for d in decisions_of("winograd", ep, WITH_WINOGRAD)] == [True]
+    buffer = to_xnnpack(phaseconv.rewrite(ep, WITH_WINOGRAD)).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside and summary.inside["XNNDepthwiseConv2d"] == 4, summary
+    program = LoadedProgram(buffer)
+    for length in (4, 40, 198, 200):  # the shortest, the example, and the longest (memory planned for it)
+        x = torch.randn(1, 16, length)
+        assert_close(program.run((x,))[0], module(x))
 
 
 def test_other_kernels_are_no_candidates():

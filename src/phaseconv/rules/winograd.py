@@ -91,8 +91,9 @@ class WinogradRule:
             return Skip(f"stride {stride} as large as the kernel: no two outputs share an input")
         if value.dtype != torch.float32:
             return Skip(f"{value.dtype} convolution: measured for float32")
-        if not all(isinstance(size, int) for size in (*node.args[0].meta["val"].shape, *value.shape)):
-            return Skip("a dynamic size: the tiles' interleave and crop need static lengths")
+        declined = _dynamic_length_declined(node.args[0].meta["val"].shape, value.shape, w.shape, stride)
+        if declined:
+            return Skip(declined)
         if value.dim() != spatial + 2:
             return Skip("an unbatched input")
         constants = [node.args[1]] + ([node.args[2]] if len(node.args) > 2 and node.args[2] is not None else [])
@@ -134,7 +135,8 @@ class WinogradRule:
         steps = [tile_outputs(k) for k in plan.kernel]
         pads = []
         for k, p, length, tiles, step in zip(plan.kernel, plan.padding, lengths, plan.tiles, steps):
-            pads.append((p, step * tiles + k - 1 - (length + p)))  # the last tile's samples
+            static = isinstance(length, int)  # a dynamic length has whole tiles (checked): p after
+            pads.append((p, step * tiles + k - 1 - (length + p) if static else p))  # the last tile's samples
         padded = pad_spatial(editor, node, x, pads)
         points = list(itertools.product(*[range(b.shape[0]) for b, _, _ in per_axis]))
         carrier = next(e for e in points if all(a[:, i].eq(1).all() for (_, _, a), i in zip(per_axis, e)))
@@ -165,9 +167,31 @@ class WinogradRule:
         out = editor.emit(node, aten.cat.default, phases, 1) if len(phases) > 1 else phases[0]
         out = interleave(editor, node, out, steps, 1)
         for axis, (n, step, tiles) in enumerate(zip(plan.outputs, steps, plan.tiles)):
-            if step * tiles != n:
+            if isinstance(n, int) and step * tiles != n:
                 out = editor.emit(node, aten.slice.Tensor, out, 2 + axis, 0, n)
         editor.replace([node], out)
+
+
+def _dynamic_length_declined(in_shape, out_shape, weight_shape, stride) -> str | None:
+    """Why a convolution with a dynamic size is left alone, or None (also when it has none): one
+    output length may be dynamic, known to be even, so that its tiles are whole and need no crop
+    of run-time length (XNNPACK delegates no slice of a dynamic size), on a 1-D kernel (whose
+    points read the padded input whole) with stride 1."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    dynamic = [axis for axis, n in enumerate(out_shape) if not isinstance(n, int)]
+    if not dynamic and all(isinstance(n, int) for n in in_shape):
+        return None
+    if len(dynamic) != 1 or dynamic[0] < 2 or sum(not isinstance(n, int) for n in in_shape) != 1:
+        return "dynamic sizes other than one length"
+    if any(s != 1 for s in stride) or sum(k > 1 for k in weight_shape[2:]) != 1:
+        return "a dynamic length with a stride or a 2-D kernel: the points would read slices of run-time length"
+    if weight_shape[dynamic[0]] == 1:
+        return "a dynamic length on an axis of one tap"
+    length = out_shape[dynamic[0]]
+    if not statically_known_true(length % 2 == 0):
+        return f"a dynamic length not known to be even ({length}): its last tile would need a crop of run-time length"
+    return None
 
 
 def _phases_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
@@ -202,6 +226,8 @@ class _Windows:
         self.cache: dict[tuple, Node] = {(): padded}
 
     def at(self, offsets: tuple[int, ...], spans: list[int]) -> Node:
+        if not all(isinstance(n, int) for n in self.lengths):  # a dense 1-D kernel (checked): all of it
+            return self.cache[()]
         key: tuple = ()
         for axis, (offset, span, step, tiles) in enumerate(zip(offsets, spans, self.steps, self.tiles)):
             end = min(offset + step * tiles + span - 1, self.lengths[axis])
