@@ -348,6 +348,11 @@ def conv_transpose_as_polyphase(
     return y
 
 
+def phase_taps(kernel, stride) -> tuple[int, ...]:
+    """ceil(k/s) per spatial axis: the taps of a stride-s correlation over its input's phases."""
+    return tuple(-(-k // s) for k, s in zip(kernel, stride))
+
+
 def strided_as_phases_weight(weight: torch.Tensor, stride: list[int]) -> torch.Tensor:
     """W [O, C, k...] of a stride-s correlation -> W' [O, prod(s)*C, ceil(k/s)...] of the stride-1
     correlation over the input's phases stacked on channels (space to depth, phase-major):
@@ -356,7 +361,7 @@ def strided_as_phases_weight(weight: torch.Tensor, stride: list[int]) -> torch.T
 
     so W'[o, (a, c), v] = W[o, c, s*v + a], zero where s*v + a >= k (per spatial axis)."""
     kernel = weight.shape[2:]
-    pads = [p for k, s in reversed(list(zip(kernel, stride))) for p in (0, -(-k // s) * s - k)]
+    pads = [p for k, m, s in reversed(list(zip(kernel, phase_taps(kernel, stride), stride))) for p in (0, m * s - k)]
     return space_to_depth(F.pad(weight, pads), stride)  # the weight's own taps, split into phases
 
 

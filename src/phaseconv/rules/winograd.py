@@ -33,7 +33,7 @@ from torch.fx import Node
 from phaseconv.graph.interleave import interleave, space_to_depth
 from phaseconv.graph.padding import pad_spatial
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.math.polyphase import strided_as_phases_weight
+from phaseconv.math.polyphase import phase_taps, strided_as_phases_weight
 from phaseconv.math.winograd import row_support, tile_outputs, transforms
 from phaseconv.rules.base import Skip
 from phaseconv.rules.im2col import CONVOLUTIONS, _settings
@@ -74,9 +74,9 @@ class WinogradRule:
     def matches(self, node: Node) -> bool:
         if node.op != "call_function" or node.target not in CONVOLUTIONS or not isinstance(node.args[1], Node):
             return False
-        stride = _settings(node, CONVOLUTIONS[node.target])[0]
-        kernel = [-(-k // s) for k, s in zip(node.args[1].meta["val"].shape[2:], stride)]  # over the phases
-        return all(k in (1, *self.taps) for k in kernel) and any(k > 1 for k in node.args[1].meta["val"].shape[2:])
+        kernel = node.args[1].meta["val"].shape[2:]
+        folded = phase_taps(kernel, _settings(node, CONVOLUTIONS[node.target])[0])  # over the input's phases
+        return all(k in (1, *self.taps) for k in folded) and any(k > 1 for k in kernel)
 
     def check(self, node: Node, editor: ProgramEditor) -> WinogradPlan | Skip:
         spatial = CONVOLUTIONS[node.target]
@@ -86,7 +86,7 @@ class WinogradRule:
         if any(d != 1 for d in dilation):
             return Skip(f"dilation {dilation}: tiles of two outputs need neighbouring taps")
         value, w = node.meta["val"], node.args[1].meta["val"]
-        kernel = tuple(-(-k // s) for k, s in zip(w.shape[2:], stride))  # folded over the phases
+        kernel = phase_taps(w.shape[2:], stride)  # over the input's phases
         if all(k == 1 for k in kernel):
             return Skip(f"stride {stride} as large as the kernel: no two outputs share an input")
         if value.dtype != torch.float32:

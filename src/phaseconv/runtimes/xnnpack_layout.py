@@ -175,7 +175,7 @@ class ChannelsLastChainsPass(ChannelsLastTaggedReshapePass):
         # through NCHW: a transpose out of NHWC, the chain's own, one back when its end is NHWC
         if transpose is None or transpose.moves >= 1 + _transposes(chain) + end_nhwc:
             return False
-        if end.meta["val"].dim() == 4 and transpose.moves and not transpose.copies_rows:
+        if wants_nchw and end.meta["val"].dim() == 4 and transpose.moves and not transpose.copies_rows:
             in_rows = _flat_transpose(source, chain, True, True)  # then the pass's own NHWC -> NCHW
             if in_rows is not None and in_rows.copies_rows and in_rows.moves <= _transposes(chain):
                 transpose, end_nhwc = in_rows, True
