@@ -38,9 +38,13 @@ def test_a_pt2_file_is_taken_as_it_is(pt2):
     assert result.returncode == 0 and "prepared" not in result.stderr
 
 
-def test_normal_runs_print_nothing_on_stderr_but_what_the_user_caused(seanet_lowering, tmp_path):
+def test_normal_runs_print_nothing_on_stderr_but_what_the_user_caused(seanet_lowering):
     result, _ = seanet_lowering
     assert [line for line in result.stderr.splitlines() if not line.startswith("prepared demo:")] == []
+
+
+@pytest.mark.slow  # a second lowering of the decoder, 36 s here
+def test_debug_shows_the_library_warnings(tmp_path):
     debug = phaseconv("--debug", "lower", "demo:seanet-decoder", "-o", tmp_path / "d.pte")
     assert "Warning" in debug.stderr  # the library warnings are still there when asked for
 

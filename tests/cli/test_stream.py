@@ -12,6 +12,9 @@ from tests.cli.test_cli import PHASECONV, ROOT, phaseconv
 pytest.importorskip("pocket_tts")
 
 SMALL = "pocket-tts:english_2m_2026-10"
+# The tests that stream a real step program: lowering it takes about 2 minutes (the `step` fixture),
+# so they run with -m slow (in CI) and the default run keeps its 15 minutes.
+STEP_PROGRAM = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +28,7 @@ def step(tmp_path_factory):
     return folder / "step.pte"
 
 
+@STEP_PROGRAM
 def test_pcm_on_stdout_is_1920_samples_per_frame(step, tmp_path):
     latents = np.random.default_rng(0).standard_normal((5, 32)).astype(np.float32)
     np.save(tmp_path / "z.npy", latents)
@@ -39,6 +43,7 @@ def test_pcm_on_stdout_is_1920_samples_per_frame(step, tmp_path):
     assert "first audio" in result.stderr and "p95" in result.stderr
 
 
+@STEP_PROGRAM
 def test_wav_output(step, tmp_path):
     result = phaseconv("stream", step, "--frames", 3, "-o", tmp_path / "out.wav")
     assert result.returncode == 0, result.stderr
@@ -47,6 +52,7 @@ def test_wav_output(step, tmp_path):
         assert audio.getnframes() == 3 * 1920
 
 
+@STEP_PROGRAM
 @pytest.mark.parametrize(
     "latents, message",
     [
