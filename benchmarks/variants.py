@@ -16,7 +16,7 @@
 - im2col: the models' convolutions one at a time as a GEMM over their shifted windows or as
   XNNPACK's IGEMM convolution (where the rule's thresholds come from), and the decoders lowered
   for x86-fma3 (Winograd and im2col) or for any CPU.
-- winograd: the models' 2- and 3-tap 1-D convolutions as F(2, r) or as im2col, and the decoders
+- winograd: the models' 1-D convolutions (2-11 taps, dilated too) as F(2, r) or as im2col, and the decoders
   lowered for x86-fma3 with and without it.
 - shape_chains: the decoders and MI-GAN as phaseconv.lower lowers them (view chains moved on the
   channels-last buffer, the ops after an interleave lifted) or through NCHW as before.
@@ -61,6 +61,11 @@ MODEL_CONVOLUTIONS = {
     "HiFi-GAN V1 32 k7 d3, 25600 steps": (32, 32, (7, 1), 3, (25600, 1)),
     "MI-GAN 64 3x3, 128x128": (64, 64, (3, 3), 1, (128, 128)),
     "U-Net 64 3x3, 128x128": (64, 64, (3, 3), 1, (128, 128)),
+    "HiFi-GAN V1 256 k11, 800 steps": (256, 256, (11, 1), 1, (800, 1)),
+    "HiFi-GAN V1 128 k11, 6400 steps": (128, 128, (11, 1), 1, (6400, 1)),
+    "HiFi-GAN V1 128 k7, 6400 steps": (128, 128, (7, 1), 1, (6400, 1)),
+    "HiFi-GAN V1 64 k11, 12800 steps": (64, 64, (11, 1), 1, (12800, 1)),
+    "HiFi-GAN V1 32 k7, 25600 steps": (32, 32, (7, 1), 1, (25600, 1)),
 }
 SPLIT_CANDIDATES = list(MODEL_CONVOLUTIONS)[:11]
 
@@ -221,7 +226,7 @@ def main(
         cases.append((f"{label} (crop_by_phase)", folded, inputs, variants))
     forced = [SplitConvRule(min_weight_bytes=0, min_taps=1, min_positions=1, spatial_dims=(1, 2))]
     every_im2col = [Im2colRule(min_in_channels=1, max_taps=math.inf, max_window_bytes=math.inf)]
-    for label, (_, _, kernel, dilation, _) in MODEL_CONVOLUTIONS.items():
+    for label, (_, _, kernel, _, _) in MODEL_CONVOLUTIONS.items():
         conv, after_depthwise, x = model_convolution(label)
         if label in SPLIT_CANDIDATES:
             variants = {"every one split": forced, "whole": []}
@@ -229,7 +234,7 @@ def main(
         chain = nn.Sequential(*after_depthwise, nn.ReLU())
         variants = {"as a GEMM (every one)": every_im2col, "IGEMM convolution": []}
         cases.append((f"{label} (im2col)", chain, x, variants))
-        if kernel[0] in (2, 3) and kernel[1] == 1 and dilation == 1:
+        if kernel[0] <= 11 and kernel[1] == 1:
             variants = {"Winograd F(2, r)": [WinogradRule(min_channels=1)], "im2col": every_im2col}
             cases.append((f"{label} (winograd)", chain, x, variants))
     for label in decoders:

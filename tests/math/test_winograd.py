@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phaseconv.math.winograd import correlate, row_support, transforms
+from phaseconv.math.winograd import axis_form, correlate, row_support, transforms
 
 
 def test_f23_is_the_known_algorithm():
@@ -19,7 +19,7 @@ def test_f23_is_the_known_algorithm():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    taps=st.integers(2, 5),
+    taps=st.integers(2, 11),
     channels=st.integers(1, 4),
     out_channels=st.integers(1, 4),
     length=st.integers(0, 9),
@@ -34,10 +34,11 @@ def test_correlate_equals_the_direct_correlation(taps, channels, out_channels, l
     torch.testing.assert_close(correlate(x, w, b), F.conv1d(x, w, b), rtol=1e-12, atol=1e-12)
 
 
-def test_float32_rounding_is_no_worse_than_the_direct_form():
-    """Half-length sums per point: F(2, 3) rounds less than the direct 3-tap sum here."""
+@pytest.mark.parametrize("taps", [3, 7, 11])
+def test_float32_rounding_is_no_worse_than_the_direct_form(taps):
+    """Half-length sums per point: F(2, 3) and the chunked forms round less than the direct sum here."""
     x = torch.randn(1, 256, 400)
-    w = torch.randn(256, 256, 3) / (256 * 3) ** 0.5
+    w = torch.randn(256, 256, taps) / (256 * taps) ** 0.5
     exact = F.conv1d(x.double(), w.double())
     direct = (F.conv1d(x, w) - exact).abs().max()
     assert (correlate(x, w) - exact).abs().max() <= 2 * direct
@@ -52,3 +53,16 @@ def test_each_row_of_b_transposed_is_its_support(taps):
         rebuilt = torch.zeros_like(row)
         rebuilt[offset : offset + spacing * len(values) : spacing] = values
         assert torch.equal(rebuilt, row) and len(values) <= 2
+
+
+@pytest.mark.parametrize("taps, members", [(4, [2, 1, 1, 2]), (7, [3, 2, 2, 3]), (11, [4, 4, 3, 4])])
+def test_a_long_kernel_is_chunks_of_three_sharing_f23s_products(taps, members):
+    """Chunks 3, 3, ..., then 1 or 2 taps: each chunk point joins the F(2, 3) point with its column
+    of A^T, and the tile's two outputs cost sum(members) products of C channels, not 2 * taps."""
+    form = axis_form(taps)
+    assert [len(m) for m in form.members] == members
+    assert torch.equal(form.a_t, transforms(3)[2])
+    for point in form.members:  # every row of B^T still has at most two nonzeros, evenly spaced
+        for b, g in point:
+            values, offset, spacing = row_support(b)
+            assert len(values) <= 2 and b.shape == (taps + 1,) and g.shape == (taps,)

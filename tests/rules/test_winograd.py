@@ -1,4 +1,5 @@
-"""winograd: convolutions of 2-3 taps per axis as F(2, r), strided depthwise transforms, GEMMs, sums."""
+"""winograd: convolutions of 2-3 taps per axis (or 4-11 in 1-D, in chunks) as F(2, r): strided depthwise
+transforms, GEMMs, sums."""
 
 import re
 
@@ -14,7 +15,7 @@ from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
 
 aten = torch.ops.aten
-WITH_WINOGRAD = [*phaseconv.rules.DEFAULT_RULES, WinogradRule(min_channels=8)]
+WITH_WINOGRAD = [*phaseconv.rules.DEFAULT_RULES, WinogradRule(min_channels=8, min_long_channels=8)]
 
 
 class ResidualUnit(nn.Module):
@@ -40,6 +41,11 @@ CASES = {
     "3 taps, stride 2, odd length": (nn.Conv1d(16, 16, 3, 2, 1), (1, 16, 21)),
     "4 taps, stride 2, the input's last sample unread": (nn.Conv1d(16, 16, 4, 2), (1, 16, 21)),
     "2-D 3x3, strides 2 and 1": (nn.Conv2d(8, 16, 3, (2, 1)), (1, 8, 9, 8)),
+    "7 taps (chunks of 3, 3, 1), padded, odd length": (nn.Conv1d(16, 24, 7, padding=3), (1, 16, 21)),
+    "11 taps (3, 3, 3, 2), no bias": (nn.Conv1d(16, 16, 11, bias=False), (2, 16, 30)),
+    "4 taps (3, 1), lifted after an ELU": (nn.Sequential(nn.ELU(), nn.Conv1d(16, 16, 4, padding=2)), (1, 16, 17)),
+    "3 taps, dilation 3 (a grid of 3 columns)": (nn.Conv1d(16, 16, 3, padding=3, dilation=3), (1, 16, 20)),
+    "7 taps, dilation 5, 23 outputs (HiFi-GAN's)": (nn.Conv1d(16, 8, 7, padding=15, dilation=5), (1, 16, 23)),
 }
 
 
@@ -54,7 +60,9 @@ def test_same_values_in_eager_and_through_the_runtime(name):
     assert_close(run(rewritten, x), run(ep, x))
     summary, _ = assert_one_partition_matching(rewritten, ep, x)
     points = int(re.search(r": (\d+) GEMMs", applied[0].detail).group(1))
-    assert summary.inside["XNNDepthwiseConv2d"] == points  # one input transform per point
+    chunked = re.search(r"\((\d+) input transforms", applied[0].detail)
+    transforms = int(chunked.group(1)) if chunked else points  # one per point, unless chunks share them
+    assert summary.inside["XNNDepthwiseConv2d"] == transforms
 
 
 @pytest.mark.parametrize(
@@ -76,10 +84,12 @@ def test_a_2d_point_reads_only_its_nonzero_taps(conv, shape, kernels, slices):
 
 def test_phaseconv_lower_for_x86_fma3_prefers_it_to_im2col():
     x = torch.randn(1, 128, 40)
-    module = nn.Sequential(nn.Conv1d(128, 128, 3, padding=1), nn.ELU(), nn.Conv1d(128, 128, 7, padding=3))
+    taken = [nn.Conv1d(128, 128, 3, padding=1), nn.ELU(), nn.Conv1d(128, 128, 7, padding=3)]
+    dilated, narrow = nn.Conv1d(128, 128, 7, padding=6, dilation=2), nn.Conv1d(128, 16, 7, padding=3)
+    module = nn.Sequential(*taken, dilated, narrow)
     lowered = phaseconv.lower(export(module, x), target="x86-fma3")
     applied = {d.node: d.rule for d in lowered.decisions if d.applied and d.rule in ("winograd", "im2col")}
-    assert sorted(applied.values()) == ["im2col", "winograd"], lowered.decisions  # 7 taps: im2col
+    assert sorted(applied.values()) == ["im2col", *["winograd"] * 3], lowered.decisions  # 16 out: im2col
     from phaseconv.runtimes.executorch import LoadedProgram
 
     assert_close(LoadedProgram(lowered.buffer).run((x,))[0], run(export(module, x), x))
@@ -88,14 +98,21 @@ def test_phaseconv_lower_for_x86_fma3_prefers_it_to_im2col():
 @pytest.mark.parametrize(
     "module, shape, reason",
     [
-        (nn.Conv1d(16, 16, 3, dilation=2), (1, 16, 30), "dilation [2]"),
+        (nn.Conv2d(16, 16, 3, dilation=2), (1, 16, 12, 12), "dilation [2, 2]: the grid view takes a 1-D kernel"),
+        (nn.Conv1d(16, 16, 3, stride=2, dilation=2), (1, 16, 30), "dilation [2]: with a stride"),
+        (nn.Conv1d(16, 16, 3, dilation=4), (1, 16, 12), "4 outputs: one per grid column"),
         (nn.Conv1d(16, 16, 2, stride=2), (1, 16, 30), "stride [2] as large as the kernel"),
         (nn.Conv1d(16, 16, 3, groups=2), (1, 16, 30), "grouped convolution (2 groups)"),
         (nn.Conv1d(16, 4, 3), (1, 16, 30), "16 -> 4 channels"),
         (nn.Conv1d(16, 16, 3).half(), (1, 16, 30), "torch.float16 convolution"),
         (nn.Conv1d(16, 16, 2), (1, 16, 2), "a single output"),
+        (nn.Conv2d(16, 16, (3, 5)), (1, 16, 8, 8), "[3, 5] taps, stride [1, 1]: chunks of 3 are for 1-D kernels"),
+        (nn.Conv1d(16, 16, 7, stride=2), (1, 16, 30), "[4] taps, stride [2]: chunks of 3 are for 1-D kernels"),
     ],
-    ids=["dilated", "strided", "grouped", "narrow", "fp16", "one-output"],
+    ids=[
+        *("dilated 2-D", "dilated strided", "dilated short", "strided", "grouped", "narrow", "fp16", "one-output"),
+        *("2-D long", "strided long"),
+    ],
 )
 def test_declines_say_why(module, shape, reason):
     x = torch.randn(shape, dtype=next(module.parameters()).dtype)
@@ -125,7 +142,20 @@ def test_an_even_dynamic_length_runs_in_one_partition_at_every_length():
         assert_close(program.run((x,))[0], module(x))
 
 
+@pytest.mark.parametrize("conv", [nn.Conv1d(32, 32, 7, padding=3), nn.Conv1d(32, 32, 3, padding=3, dilation=3)])
+def test_chunks_and_grids_take_64_channels_by_default(conv):
+    (decision,) = decisions_of("winograd", export(conv, torch.randn(1, 32, 40)), [WinogradRule()])
+    assert not decision.applied and "32 -> 32 channels: the transforms in chunks or a grid" in decision.reason
+
+
+def test_a_dynamic_length_on_a_long_kernel_is_declined():
+    x = torch.randn(1, 16, 40)
+    ep = export(nn.Conv1d(16, 16, 7, padding=3), x, dynamic_shapes=({2: 2 * Dim("t", min=4, max=100)},))
+    (decision,) = decisions_of("winograd", ep, WITH_WINOGRAD)
+    assert not decision.applied and "a dynamic length on more than 3 taps" in decision.reason
+
+
 def test_other_kernels_are_no_candidates():
-    for conv in (nn.Conv1d(16, 16, 1), nn.Conv1d(16, 16, 5), nn.Conv2d(16, 16, (3, 5))):
-        x = torch.randn(1, 16, 12) if isinstance(conv, nn.Conv1d) else torch.randn(1, 16, 8, 8)
+    for conv in (nn.Conv1d(16, 16, 1), nn.Conv1d(16, 16, 13), nn.Conv2d(16, 16, (3, 13))):
+        x = torch.randn(1, 16, 20) if isinstance(conv, nn.Conv1d) else torch.randn(1, 16, 20, 20)
         assert decisions_of("winograd", export(conv, x), WITH_WINOGRAD) == []

@@ -10,16 +10,25 @@ transpose. The input transform B^T and the output transform A^T have integer ent
 float), the Lagrange denominators go into G, which is applied to the weights once. Over channels
 each point is a matrix product: n GEMMs of half the length replace the r-tap convolution's r, so
 F(2, 3) does 4/6 of the multiply-adds, F(2, 2) 3/4.
+
+A longer kernel is cut into chunks of 3 taps (the last of 1 or 2) at offsets 0, 3, 6, ..., each
+done by its own F(2, r_c) with the points 0, 1, -1 and infinity (larger points would grow the
+rounding). The chunks' products that add into the two outputs with the same column of A^T
+(F(2, 3)'s four columns hold every chunk's) are one product: a GEMM over their transformed inputs
+stacked on channels. k = 7: 10 products of C channels per tile of two outputs instead of 14,
+k = 11: 15 instead of 22.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
 import torch
 
 OUTPUTS = 2  # m: outputs per tile
+CHUNK = 3  # taps per chunk of a longer kernel: the most F(2, r) takes with the points 0, 1, -1, infinity
 
 
 def _points(count: int) -> list[Fraction]:
@@ -79,6 +88,52 @@ def transforms(taps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return as_tensor(c_transposed), as_tensor(g), as_tensor(a_transposed)
 
 
+@dataclass(frozen=True)
+class AxisForm:
+    """F(2, r) along one axis as products: point p's product is sum_m (g_m . W)(b_m . x_tile) over
+    its members m = (b_m, a row over the tile's r + 1 input samples; g_m, a row over the r taps),
+    and output q of the tile is sum_p a_t[q, p] * product_p."""
+
+    members: tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], ...]
+    a_t: torch.Tensor
+
+    @property
+    def window(self) -> int:
+        """Input samples per tile: r + 1 (1 on an axis of one tap)."""
+        return self.members[0][0][0].shape[0]
+
+
+def _chunk_transforms(taps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """F(2, taps) of a chunk: for one tap in a tile of two outputs, each output its own product."""
+    if taps == 1:
+        eye = torch.eye(OUTPUTS, dtype=torch.float64)
+        return eye, torch.ones(OUTPUTS, 1, dtype=torch.float64), eye
+    return transforms(taps)
+
+
+@cache
+def axis_form(taps: int) -> AxisForm:
+    """F(2, taps) with one member per point up to CHUNK taps; past that, chunks of CHUNK taps (the
+    last shorter) at offsets 0, CHUNK, 2 * CHUNK, ..., each chunk's rows placed at its offset and
+    each of its points a member of the F(2, CHUNK) point with the same column of A^T."""
+    if taps <= CHUNK:
+        b_t, g, a_t = transforms(taps)
+        return AxisForm(tuple(((b, r),) for b, r in zip(b_t, g)), a_t)
+    _, _, a_t = transforms(CHUNK)
+    columns = [tuple(column.tolist()) for column in a_t.T]
+    members: list[list] = [[] for _ in columns]
+    for offset in range(0, taps, CHUNK):
+        size = min(CHUNK, taps - offset)
+        b_c, g_c, a_c = _chunk_transforms(size)
+        for b_row, g_row, column in zip(b_c, g_c, a_c.T):
+            b = torch.zeros(taps + OUTPUTS - 1, dtype=torch.float64)
+            b[offset : offset + size + OUTPUTS - 1] = b_row
+            g = torch.zeros(taps, dtype=torch.float64)
+            g[offset : offset + size] = g_row
+            members[columns.index(tuple(column.tolist()))].append((b, g))
+    return AxisForm(tuple(tuple(m) for m in members), a_t)
+
+
 def row_support(row: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     """A row of B^T as (its nonzero entries, the first one's index, their spacing): the taps, offset
     and dilation of the same sum over fewer samples. Every row of F(2, 2) and F(2, 3) has one or two
@@ -97,29 +152,24 @@ def _denominator(points: list[Fraction], j: int) -> Fraction:
     return value
 
 
-def point_weights(weight: torch.Tensor) -> torch.Tensor:
-    """W[o, c, k] (any trailing size-1 axes) -> U[e, o, c] = sum_k G[e, k] W[o, c, k], per point e."""
-    _, g, _ = transforms(weight.shape[2])
-    taps = weight.reshape(*weight.shape[:3])
-    return torch.einsum("ek,ock->eoc", g, taps.double()).to(weight.dtype)
-
-
 def correlate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """The r-tap correlation of x [N, C, L] (already padded) with W [O, C, r] by F(2, r), as the
-    graph rule computes it: B^T by strided depthwise convolutions, a GEMM per point, A^T by sums,
-    the two outputs of each tile interleaved. L - r + 1 outputs."""
+    """The r-tap correlation of x [N, C, L] (already padded) with W [O, C, r] by `axis_form(r)`, as
+    the graph rule computes it: each member's B row by a strided depthwise convolution, a GEMM per
+    point over its members' transformed inputs stacked on channels, A^T by sums, the two outputs
+    of each tile interleaved. L - r + 1 outputs."""
     import torch.nn.functional as F
 
     taps, channels = weight.shape[2], x.shape[1]
-    b_t, _, a_t = (m.to(x.dtype) for m in transforms(taps))
+    form = axis_form(taps)
     outputs = x.shape[2] - taps + 1
     tiles = (outputs + 1) // 2
     x = F.pad(x, (0, 2 * tiles + taps - 1 - x.shape[2]))
-    u = point_weights(weight)
     products = []
-    for e in range(taps + 1):
-        d = F.conv1d(x, b_t[e].repeat(channels, 1, 1), stride=2, groups=channels)
-        products.append(F.conv1d(d, u[e].unsqueeze(-1)))
-    pairs = [sum(a_t[i, e] * products[e] for e in range(taps + 1) if a_t[i, e] != 0) for i in range(OUTPUTS)]
+    for members in form.members:
+        d = [F.conv1d(x, b.to(x.dtype).repeat(channels, 1, 1), stride=2, groups=channels) for b, _ in members]
+        u = [torch.einsum("k,ock->oc", g, weight.double()).to(x.dtype) for _, g in members]
+        products.append(F.conv1d(torch.cat(d, 1), torch.cat(u, 1).unsqueeze(-1)))
+    a_t = form.a_t
+    pairs = [sum(a_t[i, p] * products[p] for p in range(a_t.shape[1]) if a_t[i, p] != 0) for i in range(OUTPUTS)]
     y = torch.stack(pairs, dim=-1).reshape(x.shape[0], weight.shape[0], 2 * tiles)[..., :outputs]
     return y if bias is None else y + bias[:, None]

@@ -1,4 +1,4 @@
-"""A convolution of 2-3 taps per axis -> Winograd's F(2, r) on each axis: fewer, shorter GEMMs.
+"""A convolution of 2-3 taps per axis (or up to 11 on one) -> Winograd's F(2, r): fewer, shorter GEMMs.
 
 On an axis of r taps, tiles of two outputs read r + 1 input samples; with B^T, G and A^T of
 `math/winograd.py` (the identity on an axis of one tap, as a lifted 1-D convolution's width):
@@ -15,10 +15,20 @@ F(2, 2) (every polyphase convolution of a k = 2s transposed convolution) 3/4, a 
 The transforms have entries 0 and +-1 (exact); only the weights' G carries halves, applied once
 in float64. The bias goes on the point whose products reach every output once.
 
+A 1-D kernel of 4-11 taps is cut into chunks of 3 (`math.winograd.axis_form`): each point's GEMM
+reads its members' transforms stacked on channels, and a chunk at an even offset reads the same
+transform as the first, shifted by whole tiles (one at an odd offset the transform one sample on):
+per point one GEMM over K = members x C, 10 products of C channels per two outputs for 7 taps
+instead of 14, 15 for 11 instead of 22, from 4-11 distinct transforms.
+
 A strided convolution (k taps, stride s on an axis) is first a stride-1 one of ceil(k/s) taps over
 the input's s phases stacked on channels (space to depth; `math/polyphase.py`): a stride-2 3x3
 becomes F(2, 2x2) over 4x the channels, 9 GEMMs of a quarter of the positions, as many
 multiply-adds as XNNPACK's IGEMM does, at GEMM speed.
+
+A 1-D convolution dilated by d reads sample t = d*i + j at (i, j) of its padded input viewed as
+[N, C, L/d, d] (channels-last, the same buffer), where it is undilated along i: the view, then
+F(2, r) on that grid, then the output viewed back and cut to its length.
 """
 
 from __future__ import annotations
@@ -34,15 +44,16 @@ from phaseconv.graph.interleave import interleave, space_to_depth
 from phaseconv.graph.padding import pad_spatial
 from phaseconv.graph.program import ProgramEditor
 from phaseconv.math.polyphase import phase_taps, strided_as_phases_weight
-from phaseconv.math.winograd import row_support, tile_outputs, transforms
+from phaseconv.math.winograd import CHUNK, AxisForm, axis_form, row_support, tile_outputs
 from phaseconv.rules.base import Skip
 from phaseconv.rules.im2col import CONVOLUTIONS, _settings
 from phaseconv.rules.lift_1d import lift_convolution
 
 aten = torch.ops.aten
-# XNNPACK's depthwise kernels read 3, 4, 9 or 25 taps in one pass: a point's dense kernel up to 4
-# taps (1-D) runs as it is; past that (2-D: 9 or 16, mostly zeros) each point reads only its
-# nonzero taps (2 per axis, or 1) from a slice of the padded input (3 slices for 3x3), which
+# XNNPACK's depthwise kernels read 3, 4, 9 or 25 taps in one pass: a 1-D transform reads the padded
+# input whole with up to 4 taps from its tile's start (zeros included: no slice of the input, which
+# an NCHW input would pay a transpose for, each); a 2-D point (9 or 16 taps, mostly zeros) reads
+# only its nonzero taps (2 per axis, or 1) from a slice of the padded input (3 slices for 3x3), which
 # measured here 0.17-0.19 ms against 0.91 for a dense 4x4 (64 channels, 130x130 in, stride 2).
 DENSE_TAPS = 4
 
@@ -54,6 +65,7 @@ class WinogradPlan:
     padding: tuple[int, ...]
     outputs: tuple[int, ...]  # output positions per spatial axis
     stride: tuple[int, ...]  # > 1: the input's phases go on channels first, the kernel folded
+    dilation: tuple[int, ...]  # > 1 (a 1-D kernel): the input viewed as a grid of d columns first
 
     @property
     def tiles(self) -> tuple[int, ...]:
@@ -67,28 +79,38 @@ class WinogradRule:
     name = "winograd"
     stage = 4  # after lift_1d, before im2col (which would take the convolution as it is)
 
-    def __init__(self, taps: tuple[int, ...] = (2, 3), min_channels: int = 32):
-        self.taps = taps
+    def __init__(self, max_taps: int = 11, min_channels: int = 32, min_long_channels: int = 64):
+        self.max_taps = max_taps  # on one axis of a 1-D kernel, in chunks of CHUNK; else CHUNK per axis
         self.min_channels = min_channels  # both in and out: the GEMMs must outweigh the transforms
+        # ... for chunks or a grid: 32 channels lost there (`python benchmarks/variants.py --only
+        # "steps (winograd)"`: k7 at 25600 steps 12.6 ms against XNNPACK's 13.0, dilated 3 17.1 against 14.2)
+        self.min_long_channels = min_long_channels
 
     def matches(self, node: Node) -> bool:
         if node.op != "call_function" or node.target not in CONVOLUTIONS or not isinstance(node.args[1], Node):
             return False
         kernel = node.args[1].meta["val"].shape[2:]
         folded = phase_taps(kernel, _settings(node, CONVOLUTIONS[node.target])[0])  # over the input's phases
-        return all(k in (1, *self.taps) for k in folded) and any(k > 1 for k in kernel)
+        return all(k <= self.max_taps for k in folded) and any(k > 1 for k in kernel)
 
     def check(self, node: Node, editor: ProgramEditor) -> WinogradPlan | Skip:
         spatial = CONVOLUTIONS[node.target]
         stride, padding, dilation, groups = _settings(node, spatial)
         if groups != 1:
             return Skip(f"grouped convolution ({groups} groups)")
-        if any(d != 1 for d in dilation):
-            return Skip(f"dilation {dilation}: tiles of two outputs need neighbouring taps")
         value, w = node.meta["val"], node.args[1].meta["val"]
+        if any(d != 1 for d in dilation):
+            declined = _dilation_declined(w.shape, value.shape, stride, dilation)
+            if declined:
+                return Skip(f"dilation {dilation}: {declined}")
         kernel = phase_taps(w.shape[2:], stride)  # over the input's phases
         if all(k == 1 for k in kernel):
             return Skip(f"stride {stride} as large as the kernel: no two outputs share an input")
+        if any(k > CHUNK for k in kernel):
+            if sum(k > 1 for k in kernel) > 1 or any(s != 1 for s in stride):
+                return Skip(f"{list(kernel)} taps, stride {stride}: chunks of {CHUNK} are for 1-D kernels, stride 1")
+            if not all(isinstance(n, int) for n in value.shape):
+                return Skip("a dynamic length on more than 3 taps: the chunks would read slices of run-time length")
         if value.dtype != torch.float32:
             return Skip(f"{value.dtype} convolution: measured for float32")
         declined = _dynamic_length_declined(node.args[0].meta["val"].shape, value.shape, w.shape, stride)
@@ -100,20 +122,30 @@ class WinogradRule:
         if not all(isinstance(n, Node) and editor.is_constant_input(n) for n in constants):
             return Skip("weight or bias computed in the graph (quantized, or derived)")
         in_channels = w.shape[1] * math.prod(stride)
-        if min(w.shape[0], in_channels) < self.min_channels:
-            return Skip(f"{in_channels} -> {w.shape[0]} channels: the transforms cost more than the GEMMs save here")
+        long = any(k > CHUNK for k in kernel) or any(d != 1 for d in dilation)
+        if min(w.shape[0], in_channels) < (self.min_long_channels if long else self.min_channels):
+            form = " in chunks or a grid" if long else ""
+            return Skip(f"{in_channels} -> {w.shape[0]} channels: the transforms{form} cost more than the GEMMs save")
         outputs = tuple(value.shape[2:])
         if any(k > 1 and n < 2 for k, n in zip(kernel, outputs)):
             return Skip("a single output along a transformed axis: no tile of two")
-        return WinogradPlan(node, kernel, tuple(padding), outputs, tuple(stride))
+        return WinogradPlan(node, kernel, tuple(padding), outputs, tuple(stride), tuple(dilation))
 
     def describe(self, plan: WinogradPlan) -> str:
         taps = "x".join(str(k) for k in plan.kernel if k > 1)
-        points = math.prod(k + tile_outputs(k) - 1 for k in plan.kernel)
+        forms = [axis_form(k) for k in plan.kernel]
+        points = math.prod(len(f.members) for f in forms)
         form = f"F(2, {taps}): {points} GEMMs of {math.prod(plan.tiles)} tiles"
+        if any(k > CHUNK for k in plan.kernel):
+            members = sum(len(_members(forms, e)) for e in itertools.product(*[range(len(f.members)) for f in forms]))
+            reads = itertools.chain(*_member_reads(forms, _steps(plan.kernel)).values())
+            transforms = len({key for key, _ in reads})
+            form += f" over {members} stacked inputs ({transforms} input transforms, chunks of {CHUNK} taps)"
         if any(s > 1 for s in plan.stride):
             original = math.prod(plan.node.args[1].meta["val"].shape[2:])
             return f"stride {list(plan.stride)}: input phases on channels, then {form} instead of {original}"
+        if any(d > 1 for d in plan.dilation):
+            return f"dilation {list(plan.dilation)}: the input as a grid of {max(plan.dilation)} columns, then {form}"
         return f"{form} instead of {math.prod(plan.kernel)}"
 
     def _again(self, node: Node, editor: ProgramEditor) -> WinogradPlan:
@@ -127,34 +159,31 @@ class WinogradRule:
             plan = self._again(lift_convolution(editor, plan.node), editor)
         if any(s > 1 for s in plan.stride):
             plan = self._again(_phases_on_channels(editor, plan), editor)
+        if any(d > 1 for d in plan.dilation):
+            plan = self._again(_dilation_as_grid(editor, plan), editor)
         node = plan.node
         x, weight = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else None
-        channels, lengths = x.meta["val"].shape[1], x.meta["val"].shape[2:]
-        per_axis = [transforms(k) for k in plan.kernel]
-        steps = [tile_outputs(k) for k in plan.kernel]
+        lengths = x.meta["val"].shape[2:]
+        forms = [axis_form(k) for k in plan.kernel]
+        steps = _steps(plan.kernel)
         pads = []
         for k, p, length, tiles, step in zip(plan.kernel, plan.padding, lengths, plan.tiles, steps):
             static = isinstance(length, int)  # a dynamic length has whole tiles (checked): p after
             pads.append((p, step * tiles + k - 1 - (length + p) if static else p))  # the last tile's samples
         padded = pad_spatial(editor, node, x, pads)
-        points = list(itertools.product(*[range(b.shape[0]) for b, _, _ in per_axis]))
-        carrier = next(e for e in points if all(a[:, i].eq(1).all() for (_, _, a), i in zip(per_axis, e)))
-        sparse = math.prod(b.shape[1] for b, _, _ in per_axis) > DENSE_TAPS
-        windows = _Windows(editor, node, padded, steps, plan.tiles)
-        products, zeros = {}, [0] * len(steps)
+        points = list(itertools.product(*[range(len(f.members)) for f in forms]))
+        carrier = next(e for e in points if all(f.a_t[:, i].eq(1).all() for f, i in zip(forms, e)))
+        reads = _member_reads(forms, steps)
+        inputs = _TransformedInputs(editor, node, padded, steps, plan.tiles, itertools.chain(*reads.values()))
+        products = {}
         for e in points:
+            stacked = [inputs.read(*r) for r in reads[e]]
+            point = editor.emit(node, aten.cat.default, stacked, 1) if len(stacked) > 1 else stacked[0]
             name = "_".join(map(str, e))
-            rows = [b[i] for (b, _, _), i in zip(per_axis, e)]
-            taps, offsets, dilation = zip(*[row_support(r) if sparse else (r, 0, 1) for r in rows])
-            kernel = _outer(list(taps)).float()
-            kernel = kernel.expand(channels, 1, *kernel.shape).contiguous()  # one per channel: depthwise
-            transform = editor.new_constant(kernel, f"{node.name}_in{name}")
-            window = windows.at(offsets, [d * (len(t) - 1) + 1 for t, d in zip(taps, dilation)])
-            point = editor.emit(node, node.target, window, transform, None, steps, zeros, list(dilation), channels)
-            point_weight = editor.derived_constant(weight, f"winograd{name}", _point_weight(plan.kernel, e))
+            point_weight = editor.derived_constant(weight, f"winograd{name}", _point_weight(_members(forms, e)))
             products[e] = editor.emit(node, node.target, point, point_weight, bias if e == carrier else None)
-        for axis, (_, _, a_t) in enumerate(per_axis):  # the output transform, one axis at a time
+        for axis, a_t in enumerate(f.a_t for f in forms):  # the output transform, one axis at a time
             sums = {}
             for key in products:
                 for q in range(a_t.shape[0]):
@@ -194,6 +223,44 @@ def _dynamic_length_declined(in_shape, out_shape, weight_shape, stride) -> str |
     return None
 
 
+def _dilation_declined(weight_shape, out_shape, stride, dilation) -> str | None:
+    """Why a dilated convolution is left alone, or None: the grid view takes a 1-D one (conv1d, or
+    conv2d on [N, C, T, 1] with its taps along T) of stride 1 and static sizes."""
+    lifted = len(out_shape) == 4 and out_shape[3] == 1 and weight_shape[3] == 1
+    if not (lifted or len(out_shape) == 3) or list(dilation[1:]) not in ([], [1]):
+        return "the grid view takes a 1-D kernel"
+    if any(s != 1 for s in stride):
+        return "with a stride"
+    if not all(isinstance(n, int) for n in out_shape):
+        return "a dynamic length (the grid would have a run-time number of rows)"
+    if out_shape[2] <= dilation[0]:
+        return f"{out_shape[2]} outputs: one per grid column, no tile of two"
+    return None
+
+
+def _dilation_as_grid(editor: ProgramEditor, plan: WinogradPlan) -> Node:
+    """The lifted convolution [N, C, T, 1] dilated by d along T as an undilated one over its padded
+    input viewed [N, C, R, d] (sample d*i + j at (i, j)), R - k + 1 = ceil(T_out / d) rounded up to
+    whole tiles of two rows, so that the padding is all here; its output [N, O, R - k + 1, d]
+    viewed back to [N, O, d * (R - k + 1), 1] and cut to T_out."""
+    node, d, k, n = plan.node, plan.dilation[0], plan.kernel[0], plan.outputs[0]
+    x, weight = node.args[0], node.args[1]
+    bias = node.args[2] if len(node.args) > 2 else None
+    batch, channels, length, _ = x.meta["val"].shape
+    rows = 2 * -(-n // (2 * d)) + k - 1
+    padded = pad_spatial(editor, node, x, [(plan.padding[0], max(0, d * rows - plan.padding[0] - length)), (0, 0)])
+    if padded.meta["val"].shape[2] != d * rows:
+        padded = editor.emit(node, aten.slice.Tensor, padded, 2, 0, d * rows)
+    grid = editor.emit(node, aten.view.default, padded, [batch, channels, rows, d])
+    undilated = editor.emit(node, aten.conv2d.default, grid, weight, bias)
+    out_channels, out_rows = weight.meta["val"].shape[0], rows - k + 1
+    out = editor.emit(node, aten.view.default, undilated, [batch, out_channels, d * out_rows, 1])
+    if d * out_rows != n:
+        out = editor.emit(node, aten.slice.Tensor, out, 2, 0, n)
+    editor.replace([node], out)
+    return undilated
+
+
 def _phases_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
     """The strided convolution as a stride-1 one over its padded input's phases stacked on
     channels (`math.polyphase.strided_as_phases_weight`): the input padded, or cut, to
@@ -215,22 +282,90 @@ def _phases_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
     return stride_1
 
 
+def _steps(kernel: tuple[int, ...]) -> list[int]:
+    return [tile_outputs(k) for k in kernel]
+
+
+def _members(forms: list[AxisForm], e: tuple[int, ...]) -> list[tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
+    """Point e's members: per axis one (B row, G row) of that axis's point e_axis, every combination."""
+    return list(itertools.product(*[f.members[i] for f, i in zip(forms, e)]))
+
+
+def _member_reads(forms: list[AxisForm], steps: list[int]) -> dict[tuple[int, ...], list[tuple[tuple, tuple]]]:
+    """Per point, each member's (transform key, shift): the key is per axis (the taps it reads,
+    their spacing, the first one's offset within a tile) and the shift is in whole tiles, from
+    the tile of its row's first nonzero. A 1-D kernel's transform reads DENSE_TAPS samples from
+    that tile's start, zeros included; a 2-D one only the nonzeros."""
+    sparse = sum(f.window > 1 for f in forms) > 1
+    reads = {}
+    for e in itertools.product(*[range(len(f.members)) for f in forms]):
+        reads[e] = []
+        for member in _members(forms, e):
+            key, shift = [], []
+            for (b, _), step in zip(member, steps):
+                if sparse:
+                    taps, offset, spacing = row_support(b)
+                    key.append((tuple(taps.tolist()), spacing, offset % step))
+                    shift.append(offset // step)
+                    continue
+                start = step * (int(torch.nonzero(b)[0]) // step)
+                assert not b[start + DENSE_TAPS :].any(), b  # a chunk's row spans at most 3 samples
+                key.append((tuple(b[start : start + DENSE_TAPS].tolist()), 1, 0))
+                shift.append(start // step)
+            reads[e].append((tuple(key), tuple(shift)))
+    return reads
+
+
+class _TransformedInputs:
+    """Each distinct depthwise transform of the padded input computed once, over as many tiles as
+    its readers need from their shifts on, and each reader's tiles sliced from it."""
+
+    def __init__(self, editor: ProgramEditor, anchor: Node, padded: Node, steps: list[int], tiles: tuple, reads):
+        self.editor, self.anchor, self.tiles = editor, anchor, tiles
+        extra: dict[tuple, list[int]] = {}
+        for key, shift in reads:
+            extra[key] = [max(a, b) for a, b in zip(extra.get(key, shift), shift)]
+        self.extents = {key: [t + x for t, x in zip(tiles, more)] for key, more in extra.items()}
+        windows = _Windows(editor, anchor, padded, steps)
+        channels = padded.meta["val"].shape[1]
+        self.nodes, self.reads = {}, {}
+        for index, key in enumerate(self.extents):
+            taps, spacing, offsets = zip(*key)
+            kernel = _outer([torch.tensor(t, dtype=torch.float64) for t in taps]).float()
+            kernel = kernel.expand(channels, 1, *kernel.shape).contiguous()  # one per channel: depthwise
+            transform = editor.new_constant(kernel, f"{anchor.name}_in{index}")
+            spans = [d * (len(t) - 1) + 1 for t, d in zip(taps, spacing)]
+            window = windows.at(offsets, spans, self.extents[key])
+            conv = (anchor.target, window, transform, None, steps, [0] * len(steps), list(spacing), channels)
+            self.nodes[key] = editor.emit(anchor, *conv)
+
+    def read(self, key: tuple, shift: tuple) -> Node:
+        if (key, shift) not in self.reads:
+            node = self.nodes[key]
+            for axis, (start, tiles) in enumerate(zip(shift, self.tiles)):
+                length = node.meta["val"].shape[2 + axis]  # a dynamic one is whole tiles (checked)
+                if isinstance(length, int) and (start, length) != (0, tiles):
+                    node = self.editor.emit(self.anchor, aten.slice.Tensor, node, 2 + axis, start, start + tiles)
+            self.reads[key, shift] = node
+        return self.reads[key, shift]
+
+
 class _Windows:
     """The padded input from an offset on per axis, cut where a kernel of the given span would
-    make more than `tiles` outputs; slices shared by the points that start at the same offsets (a
-    point's sparse kernel skips the zero taps before its first, so it reads the input from there)."""
+    make more than the given tiles; slices shared by the transforms that start at the same offsets
+    (a sparse kernel skips the zero taps before its first, so it reads the input from there)."""
 
-    def __init__(self, editor: ProgramEditor, anchor: Node, padded: Node, steps: list[int], tiles: tuple[int, ...]):
-        self.editor, self.anchor, self.steps, self.tiles = editor, anchor, steps, tiles
+    def __init__(self, editor: ProgramEditor, anchor: Node, padded: Node, steps: list[int]):
+        self.editor, self.anchor, self.steps = editor, anchor, steps
         self.lengths = list(padded.meta["val"].shape[2:])
         self.cache: dict[tuple, Node] = {(): padded}
 
-    def at(self, offsets: tuple[int, ...], spans: list[int]) -> Node:
-        if not all(isinstance(n, int) for n in self.lengths):  # a dense 1-D kernel (checked): all of it
+    def at(self, offsets: tuple[int, ...], spans: list[int], tiles: list) -> Node:
+        if not any(offsets) or not all(isinstance(n, int) for n in self.lengths):  # all of it, no slice
             return self.cache[()]
         key: tuple = ()
-        for axis, (offset, span, step, tiles) in enumerate(zip(offsets, spans, self.steps, self.tiles)):
-            end = min(offset + step * tiles + span - 1, self.lengths[axis])
+        for axis, (offset, span, step, count) in enumerate(zip(offsets, spans, self.steps, tiles)):
+            end = min(offset + step * count + span - 1, self.lengths[axis])
             parent, key = self.cache[key], (*key, (offset, end))
             if key not in self.cache:
                 whole = offset == 0 and end == self.lengths[axis]
@@ -247,15 +382,18 @@ def _outer(vectors: list[torch.Tensor]) -> torch.Tensor:
     return result
 
 
-def _point_weight(kernel: tuple[int, ...], e: tuple[int, ...]):
-    """W[o, c, k...] -> U_e[o, c, 1...] = sum_k G_1[e_1, k_1] ... G_D[e_D, k_D] W[o, c, k], in float64."""
+def _point_weight(members: list[tuple[tuple[torch.Tensor, torch.Tensor], ...]]):
+    """W[o, c, k...] -> the members' U_m[o, c, 1...] = sum_k g_1[k_1] ... g_D[k_D] W[o, c, k] (g_a:
+    member m's G row on axis a) stacked on input channels, in the order its inputs are; float64."""
 
     def compute(weight: torch.Tensor) -> torch.Tensor:
-        combined = weight.double()
-        for axis, (k, i) in enumerate(zip(kernel, e)):
-            g = transforms(k)[1][i]
-            combined = torch.tensordot(combined, g, dims=([2 + axis], [0])).unsqueeze(-1).movedim(-1, 2 + axis)
-        return combined.to(weight.dtype)
+        parts = []
+        for member in members:
+            combined = weight.double()
+            for axis, (_, g) in enumerate(member):
+                combined = torch.tensordot(combined, g, dims=([2 + axis], [0])).unsqueeze(-1).movedim(-1, 2 + axis)
+            parts.append(combined)
+        return torch.cat(parts, 1).to(weight.dtype)
 
     return compute
 
