@@ -19,7 +19,7 @@ A 1-D kernel of 4-11 taps is cut into chunks of 3 (`math.winograd.axis_form`): e
 reads its members' transforms stacked on channels, and a chunk at an even offset reads the same
 transform as the first, shifted by whole tiles (one at an odd offset the transform one sample on):
 per point one GEMM over K = members x C, 10 products of C channels per two outputs for 7 taps
-instead of 14, 15 for 11 instead of 22, from 4-11 distinct transforms.
+instead of 14, 15 for 11 instead of 22, from 6-8 distinct depthwise transforms.
 
 A strided convolution (k taps, stride s on an axis) is first a stride-1 one of ceil(k/s) taps over
 the input's s phases stacked on channels (space to depth; `math/polyphase.py`): a stride-2 3x3
