@@ -137,7 +137,7 @@ class WinogradRule:
         points = math.prod(len(f.members) for f in forms)
         form = f"F(2, {taps}): {points} GEMMs of {math.prod(plan.tiles)} tiles"
         if any(k > CHUNK for k in plan.kernel):
-            members = sum(len(_members(forms, e)) for e in itertools.product(*[range(len(f.members)) for f in forms]))
+            members = sum(len(_members(forms, e)) for e in _points(forms))
             reads = itertools.chain(*_member_reads(forms, _steps(plan.kernel)).values())
             transforms = len({key for key, _ in reads})
             form += f" over {members} stacked inputs ({transforms} input transforms, chunks of {CHUNK} taps)"
@@ -172,10 +172,11 @@ class WinogradRule:
             static = isinstance(length, int)  # a dynamic length has whole tiles (checked): p after
             pads.append((p, step * tiles + k - 1 - (length + p) if static else p))  # the last tile's samples
         padded = pad_spatial(editor, node, x, pads)
-        points = list(itertools.product(*[range(len(f.members)) for f in forms]))
+        points = _points(forms)
         carrier = next(e for e in points if all(f.a_t[:, i].eq(1).all() for f, i in zip(forms, e)))
         reads = _member_reads(forms, steps)
-        inputs = _TransformedInputs(editor, node, padded, steps, plan.tiles, itertools.chain(*reads.values()))
+        keys = dict.fromkeys(key for key, _ in itertools.chain(*reads.values()))
+        inputs = _TransformedInputs(editor, node, padded, steps, plan.tiles, keys)
         products = {}
         for e in points:
             stacked = [inputs.read(*r) for r in reads[e]]
@@ -246,11 +247,9 @@ def _dilation_as_grid(editor: ProgramEditor, plan: WinogradPlan) -> Node:
     node, d, k, n = plan.node, plan.dilation[0], plan.kernel[0], plan.outputs[0]
     x, weight = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else None
-    batch, channels, length, _ = x.meta["val"].shape
+    batch, channels, _, _ = x.meta["val"].shape
     rows = 2 * -(-n // (2 * d)) + k - 1
-    padded = pad_spatial(editor, node, x, [(plan.padding[0], max(0, d * rows - plan.padding[0] - length)), (0, 0)])
-    if padded.meta["val"].shape[2] != d * rows:
-        padded = editor.emit(node, aten.slice.Tensor, padded, 2, 0, d * rows)
+    padded = _padded_to(editor, node, x, plan.padding, [d * rows, 1])
     grid = editor.emit(node, aten.view.default, padded, [batch, channels, rows, d])
     undilated = editor.emit(node, aten.conv2d.default, grid, weight, bias)
     out_channels, out_rows = weight.meta["val"].shape[0], rows - k + 1
@@ -268,13 +267,8 @@ def _phases_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
     node, stride = plan.node, list(plan.stride)
     x, weight = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else None
-    lengths = x.meta["val"].shape[2:]
     needed = [s * (n + k - 1) for s, n, k in zip(stride, plan.outputs, plan.kernel)]
-    pads = [(p, max(0, n - p - size)) for p, n, size in zip(plan.padding, needed, lengths)]
-    padded = pad_spatial(editor, node, x, pads)
-    for axis, n in enumerate(needed):
-        if padded.meta["val"].shape[2 + axis] != n:
-            padded = editor.emit(node, aten.slice.Tensor, padded, 2 + axis, 0, n)
+    padded = _padded_to(editor, node, x, plan.padding, needed)
     phases = space_to_depth(editor, node, padded, stride)
     folded = editor.derived_constant(weight, "phases", lambda w: strided_as_phases_weight(w, stride))
     stride_1 = editor.emit(node, node.target, phases, folded, bias)
@@ -282,8 +276,24 @@ def _phases_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
     return stride_1
 
 
+def _padded_to(editor: ProgramEditor, anchor: Node, x: Node, padding, lengths: list[int]) -> Node:
+    """x zero-padded by `padding` before each spatial axis and after it up to `lengths`, or cut to
+    them: the whole phases or rows a strided or gridded convolution reads, no sample past them."""
+    sizes = x.meta["val"].shape[2:]
+    padded = pad_spatial(editor, anchor, x, [(p, max(0, n - p - size)) for p, n, size in zip(padding, lengths, sizes)])
+    for axis, n in enumerate(lengths):
+        if padded.meta["val"].shape[2 + axis] != n:
+            padded = editor.emit(anchor, aten.slice.Tensor, padded, 2 + axis, 0, n)
+    return padded
+
+
 def _steps(kernel: tuple[int, ...]) -> list[int]:
     return [tile_outputs(k) for k in kernel]
+
+
+def _points(forms: list[AxisForm]) -> list[tuple[int, ...]]:
+    """Every point: one of each axis's points."""
+    return list(itertools.product(*[range(len(f.members)) for f in forms]))
 
 
 def _members(forms: list[AxisForm], e: tuple[int, ...]) -> list[tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
@@ -298,15 +308,16 @@ def _member_reads(forms: list[AxisForm], steps: list[int]) -> dict[tuple[int, ..
     that tile's start, zeros included; a 2-D one only the nonzeros."""
     sparse = sum(f.window > 1 for f in forms) > 1
     reads = {}
-    for e in itertools.product(*[range(len(f.members)) for f in forms]):
+    for e in _points(forms):
         reads[e] = []
         for member in _members(forms, e):
             key, shift = [], []
             for (b, _), step in zip(member, steps):
                 if sparse:
                     taps, offset, spacing = row_support(b)
-                    key.append((tuple(taps.tolist()), spacing, offset % step))
-                    shift.append(offset // step)
+                    assert offset < step, b  # 2-D kernels have at most 3 taps per axis (checked)
+                    key.append((tuple(taps.tolist()), spacing, offset))
+                    shift.append(0)
                     continue
                 start = step * (int(torch.nonzero(b)[0]) // step)
                 assert not b[start + DENSE_TAPS :].any(), b  # a chunk's row spans at most 3 samples
@@ -317,25 +328,22 @@ def _member_reads(forms: list[AxisForm], steps: list[int]) -> dict[tuple[int, ..
 
 
 class _TransformedInputs:
-    """Each distinct depthwise transform of the padded input computed once, over as many tiles as
-    its readers need from their shifts on, and each reader's tiles sliced from it."""
+    """Each distinct depthwise transform of the padded input computed once, and each reader's tiles
+    sliced from it. A 1-D transform reads the input whole (its readers start whole tiles on); a 2-D
+    one a window of the tiles from its offset within the first (its readers all start there)."""
 
-    def __init__(self, editor: ProgramEditor, anchor: Node, padded: Node, steps: list[int], tiles: tuple, reads):
+    def __init__(self, editor: ProgramEditor, anchor: Node, padded: Node, steps: list[int], tiles: tuple, keys):
         self.editor, self.anchor, self.tiles = editor, anchor, tiles
-        extra: dict[tuple, list[int]] = {}
-        for key, shift in reads:
-            extra[key] = [max(a, b) for a, b in zip(extra.get(key, shift), shift)]
-        self.extents = {key: [t + x for t, x in zip(tiles, more)] for key, more in extra.items()}
-        windows = _Windows(editor, anchor, padded, steps)
+        windows = _Windows(editor, anchor, padded, steps, tiles)
         channels = padded.meta["val"].shape[1]
         self.nodes, self.reads = {}, {}
-        for index, key in enumerate(self.extents):
+        for index, key in enumerate(keys):
             taps, spacing, offsets = zip(*key)
             kernel = _outer([torch.tensor(t, dtype=torch.float64) for t in taps]).float()
             kernel = kernel.expand(channels, 1, *kernel.shape).contiguous()  # one per channel: depthwise
             transform = editor.new_constant(kernel, f"{anchor.name}_in{index}")
             spans = [d * (len(t) - 1) + 1 for t, d in zip(taps, spacing)]
-            window = windows.at(offsets, spans, self.extents[key])
+            window = windows.at(offsets, spans)
             conv = (anchor.target, window, transform, None, steps, [0] * len(steps), list(spacing), channels)
             self.nodes[key] = editor.emit(anchor, *conv)
 
@@ -352,19 +360,19 @@ class _TransformedInputs:
 
 class _Windows:
     """The padded input from an offset on per axis, cut where a kernel of the given span would
-    make more than the given tiles; slices shared by the transforms that start at the same offsets
+    make more than `tiles`; slices shared by the transforms that start at the same offsets
     (a sparse kernel skips the zero taps before its first, so it reads the input from there)."""
 
-    def __init__(self, editor: ProgramEditor, anchor: Node, padded: Node, steps: list[int]):
-        self.editor, self.anchor, self.steps = editor, anchor, steps
+    def __init__(self, editor: ProgramEditor, anchor: Node, padded: Node, steps: list[int], tiles: tuple):
+        self.editor, self.anchor, self.steps, self.tiles = editor, anchor, steps, tiles
         self.lengths = list(padded.meta["val"].shape[2:])
         self.cache: dict[tuple, Node] = {(): padded}
 
-    def at(self, offsets: tuple[int, ...], spans: list[int], tiles: list) -> Node:
+    def at(self, offsets: tuple[int, ...], spans: list[int]) -> Node:
         if not any(offsets) or not all(isinstance(n, int) for n in self.lengths):  # all of it, no slice
             return self.cache[()]
         key: tuple = ()
-        for axis, (offset, span, step, count) in enumerate(zip(offsets, spans, self.steps, tiles)):
+        for axis, (offset, span, step, count) in enumerate(zip(offsets, spans, self.steps, self.tiles)):
             end = min(offset + step * count + span - 1, self.lengths[axis])
             parent, key = self.cache[key], (*key, (offset, end))
             if key not in self.cache:
