@@ -18,6 +18,8 @@
   for x86-fma3 (Winograd and im2col) or for any CPU.
 - winograd: the models' 1-D convolutions (2-11 taps, dilated too) as F(2, r) or as im2col, and the decoders
   lowered for x86-fma3 with and without it.
+- fold: the 32-channel convolutions folded in time before F(2, r), or left to XNNPACK's IGEMM, and the
+  HiFi-GANs lowered for x86-fma3 with and without the fold.
 - shape_chains: the decoders and MI-GAN as phaseconv.lower lowers them (view chains moved on the
   channels-last buffer, the ops after an interleave lifted) or through NCHW as before.
 
@@ -66,6 +68,10 @@ MODEL_CONVOLUTIONS = {
     "HiFi-GAN V1 128 k7, 6400 steps": (128, 128, (7, 1), 1, (6400, 1)),
     "HiFi-GAN V1 64 k11, 12800 steps": (64, 64, (11, 1), 1, (12800, 1)),
     "HiFi-GAN V1 32 k7, 25600 steps": (32, 32, (7, 1), 1, (25600, 1)),
+    "HiFi-GAN V1 32 k11, 25600 steps": (32, 32, (11, 1), 1, (25600, 1)),
+    "HiFi-GAN V1 32 k3, 25600 steps": (32, 32, (3, 1), 1, (25600, 1)),
+    "32 k5, 25600 steps": (32, 32, (5, 1), 1, (25600, 1)),
+    "HiFi-GAN V1 32 k11 d5, 25600 steps": (32, 32, (11, 1), 5, (25600, 1)),
 }
 SPLIT_CANDIDATES = list(MODEL_CONVOLUTIONS)[:11]
 
@@ -226,6 +232,10 @@ def main(
         cases.append((f"{label} (crop_by_phase)", folded, inputs, variants))
     forced = [SplitConvRule(min_weight_bytes=0, min_taps=1, min_positions=1, spatial_dims=(1, 2))]
     every_im2col = [Im2colRule(min_in_channels=1, max_taps=math.inf, max_window_bytes=math.inf)]
+    host = TARGET_RULES["x86-fma3"]
+    not_folded = tuple(WinogradRule(min_fold_taps=math.inf) if r.name == "winograd" else r for r in host)
+    # as phaseconv.lower lowers for the host: the fold's views then move rows on the channels-last buffer
+    fold_variants = {"for x86-fma3": (host, PHASECONV_LOWERING), "not folded": (not_folded, PHASECONV_LOWERING)}
     for label, (_, _, kernel, _, _) in MODEL_CONVOLUTIONS.items():
         conv, after_depthwise, x = model_convolution(label)
         if label in SPLIT_CANDIDATES:
@@ -237,6 +247,8 @@ def main(
         if kernel[0] <= 11 and kernel[1] == 1:
             variants = {"Winograd F(2, r)": [WinogradRule(min_channels=1)], "im2col": every_im2col}
             cases.append((f"{label} (winograd)", chain, x, variants))
+        if MODEL_CONVOLUTIONS[label][1] == 32 and kernel[1] == 1:
+            cases.append((f"{label} (fold)", chain, x, fold_variants))
     for label in decoders:
         if only.lower() in f"{label} (im2col)".lower():
             module, inputs = decoders[label]()
@@ -247,6 +259,10 @@ def main(
             im2col_only = (tuple(r for r in TARGET_RULES["x86-fma3"] if r.name != "winograd"), PHASECONV_LOWERING)
             variants = {"for x86-fma3": (TARGET_RULES["x86-fma3"], PHASECONV_LOWERING), "im2col only": im2col_only}
             cases.append((f"{label} (winograd)", phaseconv.prepare(module), inputs, variants))
+    for label in ("HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames"):
+        if only.lower() in f"{label} (fold)".lower():
+            module, inputs = decoders[label]()
+            cases.append((f"{label} (fold)", phaseconv.prepare(module), inputs, fold_variants))
     before_chains = (tuple(Lift1dRule() if r.name == "lift_1d" else r for r in LOWERING_RULES), {"xnnpack_elu": True})
     for label, build in [*decoders.items(), ("MI-GAN-like 128x128", image.migan_generator)]:
         if only.lower() in f"{label} (shape_chains)".lower():

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from phaseconv.math.polyphase import (
     conv_transpose_as_polyphase,
+    folded_in_time_weight,
     interleave_phases,
     interleave_steps,
     output_length,
@@ -196,3 +197,25 @@ def test_a_strided_correlation_is_a_stride_1_one_over_the_input_phases(kernel, s
     pads = [p for size, n in reversed(list(zip(lengths, needed))) for p in (0, n - size)]
     folded = conv(space_to_depth(F.pad(x, pads), stride), strided_as_phases_weight(w, stride))
     torch.testing.assert_close(folded, conv(x, w, stride=stride), rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kernel=st.lists(st.integers(1, 11), min_size=1, max_size=2),
+    fold=st.lists(st.integers(1, 3), min_size=2, max_size=2),
+    outputs=st.lists(st.integers(1, 5), min_size=2, max_size=2),
+)
+def test_a_stride_1_correlation_folded_in_time_maps_input_phases_to_output_phases(kernel, fold, outputs):
+    """conv(xp, W) = interleave(conv(space_to_depth(xp'), W')), with f * n outputs and xp' padded to
+    f * (n + ceil((k + f - 1) / f) - 1), in float64."""
+    axes = len(kernel)
+    fold, outputs = fold[:axes], outputs[:axes]
+    generator = torch.Generator().manual_seed(sum(kernel) * 31 + sum(fold) * 7 + sum(outputs))
+    lengths = [f * n + k - 1 for f, n, k in zip(fold, outputs, kernel)]  # exactly f * n outputs
+    x = torch.randn(2, 3, *lengths, dtype=torch.float64, generator=generator)
+    w = torch.randn(4, 3, *kernel, dtype=torch.float64, generator=generator)
+    conv = F.conv1d if axes == 1 else F.conv2d
+    needed = [f * (n + -(-(k + f - 1) // f) - 1) for f, n, k in zip(fold, outputs, kernel)]
+    pads = [p for size, n in reversed(list(zip(lengths, needed))) for p in (0, n - size)]
+    phases = conv(space_to_depth(F.pad(x, pads), fold), folded_in_time_weight(w, fold))
+    torch.testing.assert_close(interleave_phases(phases, fold, 1), conv(x, w), rtol=1e-12, atol=1e-12)

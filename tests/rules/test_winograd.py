@@ -16,6 +16,7 @@ from tests.helpers import assert_close, assert_one_partition_matching, decisions
 
 aten = torch.ops.aten
 WITH_WINOGRAD = [*phaseconv.rules.DEFAULT_RULES, WinogradRule(min_channels=8, min_long_channels=8)]
+AS_DEFAULT = [*phaseconv.rules.DEFAULT_RULES, WinogradRule()]
 
 
 class ResidualUnit(nn.Module):
@@ -142,10 +143,57 @@ def test_an_even_dynamic_length_runs_in_one_partition_at_every_length():
         assert_close(program.run((x,))[0], module(x))
 
 
-@pytest.mark.parametrize("conv", [nn.Conv1d(32, 32, 7, padding=3), nn.Conv1d(32, 32, 3, padding=3, dilation=3)])
+@pytest.mark.parametrize(
+    "conv", [nn.Conv1d(32, 32, 4, padding=2), nn.Conv1d(32, 32, 4, padding=3, dilation=2)], ids=["4 taps", "dilated"]
+)
 def test_chunks_and_grids_take_64_channels_by_default(conv):
     (decision,) = decisions_of("winograd", export(conv, torch.randn(1, 32, 40)), [WinogradRule()])
     assert not decision.applied and "32 -> 32 channels: the transforms in chunks or a grid" in decision.reason
+
+
+FOLDED = {
+    "32 channels, 7 taps, padded, odd length": (nn.Conv1d(32, 32, 7, padding=3), (1, 32, 41)),
+    "32 -> 48, 11 taps, batch 2": (nn.Conv1d(32, 48, 11, padding=5), (2, 32, 40)),
+    "48 -> 32, 5 taps, no padding, no bias (F(2, 3) after the fold)": (nn.Conv1d(48, 32, 5, bias=False), (1, 48, 30)),
+    "lifted after an ELU, 3 outputs": (nn.Sequential(nn.ELU(), nn.Conv1d(32, 32, 7)), (1, 32, 9)),
+    "7 taps, dilation 3 (on the grid)": (nn.Conv1d(32, 32, 7, padding=9, dilation=3), (1, 32, 40)),
+    "11 taps, dilation 5, 37 outputs": (nn.Conv1d(32, 32, 11, padding=23, dilation=5), (1, 32, 41)),
+}
+
+
+@pytest.mark.parametrize("name", FOLDED)
+def test_narrow_long_kernels_are_folded_in_time_then_transformed(name):
+    """32-63 channels, 5-11 taps: two input phases to two output phases on channels, then F(2, r)."""
+    module, shape = FOLDED[name]
+    x = torch.randn(shape)
+    ep = export(module, x)
+    (decision,) = decisions_of("winograd", ep, AS_DEFAULT)
+    conv = module[-1] if isinstance(module, nn.Sequential) else module
+    c, o = conv.in_channels, conv.out_channels
+    channels = f"{c} -> {o} channels as {2 * c} -> {2 * o}"
+    assert decision.applied and f"time folded by 2 ({channels}), then F(2, " in decision.detail, decision
+    rewritten = phaseconv.rewrite(ep, AS_DEFAULT)
+    assert_close(run(rewritten, x), run(ep, x))
+    summary, _ = assert_one_partition_matching(rewritten, ep, x)
+    chunked = re.search(r"\((\d+) input transforms", decision.detail)
+    points = int(re.search(r": (\d+) GEMMs", decision.detail).group(1))
+    assert summary.inside["XNNDepthwiseConv2d"] == (int(chunked.group(1)) if chunked else points)
+
+
+@pytest.mark.parametrize(
+    "conv, shape, reason",
+    [
+        (nn.Conv1d(32, 32, 3, padding=1), (1, 32, 30), "F(2, 3): 4 GEMMs"),  # short: transformed as it is
+        (nn.Conv1d(16, 32, 7), (1, 16, 30), "16 -> 32 channels"),  # folds to 32: still too narrow
+        (nn.Conv1d(32, 32, 7, 2), (1, 32, 30), "chunks of 3 are for 1-D kernels, stride 1"),
+        (nn.Conv1d(32, 32, 5, stride=2), (1, 32, 30), "stride [2]: input phases on channels"),
+        (nn.Conv1d(32, 32, 7), (1, 32, 8), "a single output"),  # 2 outputs: one tile of two folded
+    ],
+    ids=["3 taps", "16 channels", "strided long", "strided 5 taps", "2 outputs"],
+)
+def test_what_is_not_folded(conv, shape, reason):
+    (decision,) = decisions_of("winograd", export(conv, torch.randn(shape)), [WinogradRule()])
+    assert "time folded" not in (decision.detail or "") and reason in (decision.detail or decision.reason), decision
 
 
 def test_a_dynamic_length_on_a_long_kernel_is_declined():

@@ -15,6 +15,7 @@ so a stride-1 correlation with s*C_out output channels computes every phase j at
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -363,6 +364,21 @@ def strided_as_phases_weight(weight: torch.Tensor, stride: list[int]) -> torch.T
     kernel = weight.shape[2:]
     pads = [p for k, m, s in reversed(list(zip(kernel, phase_taps(kernel, stride), stride))) for p in (0, m * s - k)]
     return space_to_depth(F.pad(weight, pads), stride)  # the weight's own taps, split into phases
+
+
+def folded_in_time_weight(weight: torch.Tensor, fold: list[int]) -> torch.Tensor:
+    """W [O, C, k...] of a stride-1 correlation -> W' [prod(f)*O, prod(f)*C, ceil((k + f - 1) / f)...]
+    of the stride-1 correlation from its input's f phases to its output's (both on channels,
+    phase-major): output phase b is the stride-f correlation with W delayed by b,
+
+        y[f*i + b] = sum_u W[u] xp[f*i + b + u]    so    W'[(b, o), (a, c), v] = W[o, c, f*v + a - b]
+
+    zero where f*v + a - b is not a tap (per spatial axis)."""
+    phases = []
+    for delay in itertools.product(*[range(f) for f in fold]):
+        pads = [p for b, f in reversed(list(zip(delay, fold))) for p in (b, f - 1 - b)]
+        phases.append(strided_as_phases_weight(F.pad(weight, pads), fold))
+    return torch.cat(phases)
 
 
 def space_to_depth_steps(shape: list[int], stride: list[int]) -> tuple[list[int], list[int], list[int]]:

@@ -26,6 +26,11 @@ the input's s phases stacked on channels (space to depth; `math/polyphase.py`): 
 becomes F(2, 2x2) over 4x the channels, 9 GEMMs of a quarter of the positions, as many
 multiply-adds as XNNPACK's IGEMM does, at GEMM speed.
 
+A 1-D convolution of 32-63 channels and 5-11 taps (on its grid, if dilated) is first folded in time (`math/polyphase.py:
+folded_in_time_weight`): two phases of its input to two of its output, on channels, 2C -> 2O of
+ceil((k + 1) / 2) taps (space to depth, the convolution, the interleave), which the chunks then take:
+more multiply-adds (8/7 for k7), in GEMMs twice as wide.
+
 A 1-D convolution dilated by d reads sample t = d*i + j at (i, j) of its padded input viewed as
 [N, C, L/d, d] (channels-last, the same buffer), where it is undilated along i: the view, then
 F(2, r) on that grid, then the output viewed back and cut to its length.
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.fx import Node
@@ -43,7 +48,7 @@ from torch.fx import Node
 from phaseconv.graph.interleave import interleave, space_to_depth
 from phaseconv.graph.padding import pad_spatial
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.math.polyphase import phase_taps, strided_as_phases_weight
+from phaseconv.math.polyphase import folded_in_time_weight, phase_taps, strided_as_phases_weight
 from phaseconv.math.winograd import CHUNK, AxisForm, axis_form, row_support, tile_outputs
 from phaseconv.rules.base import Skip
 from phaseconv.rules.im2col import CONVOLUTIONS, _settings
@@ -56,6 +61,7 @@ aten = torch.ops.aten
 # only its nonzero taps (2 per axis, or 1) from a slice of the padded input (3 slices for 3x3), which
 # measured here 0.17-0.19 ms against 0.91 for a dense 4x4 (64 channels, 130x130 in, stride 2).
 DENSE_TAPS = 4
+FOLD = 2  # the phases a narrow long convolution's time is folded into
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class WinogradPlan:
     outputs: tuple[int, ...]  # output positions per spatial axis
     stride: tuple[int, ...]  # > 1: the input's phases go on channels first, the kernel folded
     dilation: tuple[int, ...]  # > 1 (a 1-D kernel): the input viewed as a grid of d columns first
+    fold: int = 1  # > 1 (a narrow 1-D kernel): that many phases of time on channels first
 
     @property
     def tiles(self) -> tuple[int, ...]:
@@ -79,12 +86,16 @@ class WinogradRule:
     name = "winograd"
     stage = 4  # after lift_1d, before im2col (which would take the convolution as it is)
 
-    def __init__(self, max_taps: int = 11, min_channels: int = 32, min_long_channels: int = 64):
+    def __init__(self, max_taps: int = 11, min_channels: int = 32, min_long_channels: int = 64, min_fold_taps: int = 5):
         self.max_taps = max_taps  # on one axis of a 1-D kernel, in chunks of CHUNK; else CHUNK per axis
         self.min_channels = min_channels  # both in and out: the GEMMs must outweigh the transforms
         # ... for chunks or a grid: 32 channels lost there (`python benchmarks/variants.py --only
         # "steps (winograd)"`: k7 at 25600 steps 12.6 ms against XNNPACK's 13.0, dilated 3 17.1 against 14.2)
         self.min_long_channels = min_long_channels
+        # ... below that, a kernel of this many taps or more is folded in time to twice the channels
+        # (`--only "steps (fold)"`, 32 channels at 25600 steps: k5 9.9 -> 6.8 ms, k7 12.8 -> 8.1, k11
+        # 19.4 -> 12.1, k7 d3 13.4 -> 10.9, k11 d5 19.9 -> 12.5; k3 stays F(2, 3): 5.9 ms)
+        self.min_fold_taps = min_fold_taps
 
     def matches(self, node: Node) -> bool:
         if node.op != "call_function" or node.target not in CONVOLUTIONS or not isinstance(node.args[1], Node):
@@ -123,13 +134,32 @@ class WinogradRule:
             return Skip("weight or bias computed in the graph (quantized, or derived)")
         in_channels = w.shape[1] * math.prod(stride)
         long = any(k > CHUNK for k in kernel) or any(d != 1 for d in dilation)
+        fold = 1
         if min(w.shape[0], in_channels) < (self.min_long_channels if long else self.min_channels):
-            form = " in chunks or a grid" if long else ""
-            return Skip(f"{in_channels} -> {w.shape[0]} channels: the transforms{form} cost more than the GEMMs save")
-        outputs = tuple(value.shape[2:])
-        if any(k > 1 and n < 2 for k, n in zip(kernel, outputs)):
+            if not self._folds(w.shape, value.shape, stride, dilation):
+                form = " in chunks or a grid" if long else ""
+                costs = f"the transforms{form} cost more than the GEMMs save"
+                return Skip(f"{in_channels} -> {w.shape[0]} channels: {costs}")
+            fold = FOLD
+        plan = WinogradPlan(node, kernel, tuple(padding), tuple(value.shape[2:]), tuple(stride), tuple(dilation), fold)
+        transformed = _transformed(plan)
+        if any(k > 1 and n < 2 for k, n in zip(transformed.kernel, transformed.outputs)):
             return Skip("a single output along a transformed axis: no tile of two")
-        return WinogradPlan(node, kernel, tuple(padding), outputs, tuple(stride), tuple(dilation))
+        return plan
+
+    def _folds(self, weight_shape, out_shape, stride, dilation) -> bool:
+        """Whether a narrow convolution (of static sizes: checked) is folded in time: taps along T
+        only (a 1-D kernel, or one on a dilation's grid), stride 1, `min_fold_taps` taps or more,
+        from `min_channels` in and out to below `min_long_channels` (measured at 32 -> 32)."""
+        narrowest, widest = min(weight_shape[:2]), max(weight_shape[:2])
+        return (
+            all(k == 1 for k in weight_shape[3:])
+            and all(s == 1 for s in stride)
+            and all(d == 1 for d in dilation[1:])
+            and weight_shape[2] >= self.min_fold_taps
+            and self.min_channels <= narrowest
+            and widest < self.min_long_channels <= FOLD * narrowest
+        )
 
     def describe(self, plan: WinogradPlan) -> str:
         taps = "x".join(str(k) for k in plan.kernel if k > 1)
@@ -141,11 +171,17 @@ class WinogradRule:
             reads = itertools.chain(*_member_reads(forms, _steps(plan.kernel)).values())
             transforms = len({key for key, _ in reads})
             form += f" over {members} stacked inputs ({transforms} input transforms, chunks of {CHUNK} taps)"
+        if any(d > 1 for d in plan.dilation):
+            grid = f"dilation {list(plan.dilation)}: the input as a grid of {max(plan.dilation)} columns, "
+            return grid + self.describe(_on_grid(plan))
+        if plan.fold > 1:
+            out_channels, in_channels = plan.node.args[1].meta["val"].shape[:2]
+            f = plan.fold
+            channels = f"{in_channels} -> {out_channels} channels as {f * in_channels} -> {f * out_channels}"
+            return f"time folded by {f} ({channels}), then " + self.describe(_folded(plan))
         if any(s > 1 for s in plan.stride):
             original = math.prod(plan.node.args[1].meta["val"].shape[2:])
             return f"stride {list(plan.stride)}: input phases on channels, then {form} instead of {original}"
-        if any(d > 1 for d in plan.dilation):
-            return f"dilation {list(plan.dilation)}: the input as a grid of {max(plan.dilation)} columns, then {form}"
         return f"{form} instead of {math.prod(plan.kernel)}"
 
     def _again(self, node: Node, editor: ProgramEditor) -> WinogradPlan:
@@ -161,6 +197,8 @@ class WinogradRule:
             plan = self._again(_phases_on_channels(editor, plan), editor)
         if any(d > 1 for d in plan.dilation):
             plan = self._again(_dilation_as_grid(editor, plan), editor)
+        if plan.fold > 1:
+            plan = self._again(_time_on_channels(editor, plan), editor)
         node = plan.node
         x, weight = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else None
@@ -248,7 +286,7 @@ def _dilation_as_grid(editor: ProgramEditor, plan: WinogradPlan) -> Node:
     x, weight = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else None
     batch, channels, _, _ = x.meta["val"].shape
-    rows = 2 * -(-n // (2 * d)) + k - 1
+    rows = _grid_rows(n, d) + k - 1
     padded = _padded_to(editor, node, x, plan.padding, [d * rows, 1])
     grid = editor.emit(node, aten.view.default, padded, [batch, channels, rows, d])
     undilated = editor.emit(node, aten.conv2d.default, grid, weight, bias)
@@ -258,6 +296,50 @@ def _dilation_as_grid(editor: ProgramEditor, plan: WinogradPlan) -> Node:
         out = editor.emit(node, aten.slice.Tensor, out, 2, 0, n)
     editor.replace([node], out)
     return undilated
+
+
+def _grid_rows(n: int, d: int) -> int:
+    """A dilation grid's output rows: ceil(n / d), rounded up to whole tiles of two."""
+    return 2 * -(-n // (2 * d))
+
+
+def _on_grid(plan: WinogradPlan) -> WinogradPlan:
+    """The plan of the undilated convolution on a dilation's grid (padded already): [R, d] outputs."""
+    d, rows = plan.dilation[0], _grid_rows(plan.outputs[0], plan.dilation[0])
+    return replace(plan, kernel=(plan.kernel[0], 1), padding=(0, 0), outputs=(rows, d), stride=(1, 1), dilation=(1, 1))
+
+
+def _transformed(plan: WinogradPlan) -> WinogradPlan:
+    """The plan of the convolution the transforms read: on the dilation's grid, folded in time."""
+    plan = _on_grid(plan) if any(d > 1 for d in plan.dilation) else plan
+    return _folded(plan) if plan.fold > 1 else plan
+
+
+def _folded(plan: WinogradPlan) -> WinogradPlan:
+    """The plan of the convolution a fold in time makes: f phases in, f out, ceil((k + f - 1) / f) taps."""
+    f, k, n = plan.fold, plan.kernel[0], plan.outputs[0]
+    kernel, outputs = (-(-(k + f - 1) // f), *plan.kernel[1:]), (-(-n // f), *plan.outputs[1:])
+    return WinogradPlan(plan.node, kernel, (0,) * len(kernel), outputs, plan.stride, plan.dilation)
+
+
+def _time_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
+    """The lifted convolution [N, C, T, 1] folded in time (`math.polyphase.folded_in_time_weight`):
+    its input padded, or cut, to f * (Q + m - 1) for Q = ceil(T_out / f) outputs of m taps, space to
+    depth, the stride-1 convolution 2C -> 2O, the interleave of its output phases, cut to T_out."""
+    node, f, folded = plan.node, plan.fold, _folded(plan)
+    x, weight = node.args[0], node.args[1]
+    bias = node.args[2] if len(node.args) > 2 else None
+    width = x.meta["val"].shape[3]  # 1, or a dilation grid's columns
+    padded = _padded_to(editor, node, x, plan.padding, [f * (folded.outputs[0] + folded.kernel[0] - 1), width])
+    phases = space_to_depth(editor, node, padded, [f, 1])
+    fold_weight = editor.derived_constant(weight, "in_time", lambda w: folded_in_time_weight(w, [f, 1]))
+    fold_bias = None if bias is None else editor.derived_constant(bias, "in_time", lambda b: b.repeat(f))
+    stride_1 = editor.emit(node, node.target, phases, fold_weight, fold_bias)
+    out = interleave(editor, node, stride_1, [f, 1], 1)
+    if f * folded.outputs[0] != plan.outputs[0]:
+        out = editor.emit(node, aten.slice.Tensor, out, 2, 0, plan.outputs[0])
+    editor.replace([node], out)
+    return stride_1
 
 
 def _phases_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
