@@ -172,7 +172,7 @@ class WinogradRule:
             transforms = len({key for key, _ in reads})
             form += f" over {members} stacked inputs ({transforms} input transforms, chunks of {CHUNK} taps)"
         if any(d > 1 for d in plan.dilation):
-            grid = f"dilation {list(plan.dilation)}: the input as a grid of {max(plan.dilation)} columns, "
+            grid = f"dilation {list(plan.dilation)}: the input as a grid of {max(plan.dilation)} columns, then "
             return grid + self.describe(_on_grid(plan))
         if plan.fold > 1:
             out_channels, in_channels = plan.node.args[1].meta["val"].shape[:2]
