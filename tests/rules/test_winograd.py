@@ -158,6 +158,7 @@ FOLDED = {
     "lifted after an ELU, 3 outputs": (nn.Sequential(nn.ELU(), nn.Conv1d(32, 32, 7)), (1, 32, 9)),
     "7 taps, dilation 3 (on the grid)": (nn.Conv1d(32, 32, 7, padding=9, dilation=3), (1, 32, 40)),
     "11 taps, dilation 5, 37 outputs": (nn.Conv1d(32, 32, 11, padding=23, dilation=5), (1, 32, 41)),
+    "2-D, 7x1, padded on both axes": (nn.Conv2d(32, 32, (7, 1), padding=(3, 1)), (1, 32, 20, 5)),
 }
 
 

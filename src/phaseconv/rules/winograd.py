@@ -323,13 +323,14 @@ def _folded(plan: WinogradPlan) -> WinogradPlan:
 
 
 def _time_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
-    """The lifted convolution [N, C, T, 1] folded in time (`math.polyphase.folded_in_time_weight`):
+    """The convolution [N, C, T, W] with taps along T (lifted: W = 1) folded in time
+    (`math.polyphase.folded_in_time_weight`):
     its input padded, or cut, to f * (Q + m - 1) for Q = ceil(T_out / f) outputs of m taps, space to
     depth, the stride-1 convolution 2C -> 2O, the interleave of its output phases, cut to T_out."""
     node, f, folded = plan.node, plan.fold, _folded(plan)
     x, weight = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else None
-    width = x.meta["val"].shape[3]  # 1, or a dilation grid's columns
+    width = x.meta["val"].shape[3] + 2 * plan.padding[1]  # 1, a dilation grid's columns, or a 2-D one's
     padded = _padded_to(editor, node, x, plan.padding, [f * (folded.outputs[0] + folded.kernel[0] - 1), width])
     phases = space_to_depth(editor, node, padded, [f, 1])
     fold_weight = editor.derived_constant(weight, "in_time", lambda w: folded_in_time_weight(w, [f, 1]))
