@@ -188,9 +188,11 @@ def test_narrow_long_kernels_are_folded_in_time_then_transformed(name):
         (nn.Conv1d(16, 32, 7), (1, 16, 30), "16 -> 32 channels"),  # folds to 32: still too narrow
         (nn.Conv1d(32, 32, 7, 2), (1, 32, 30), "chunks of 3 are for 1-D kernels, stride 1"),
         (nn.Conv1d(32, 32, 5, stride=2), (1, 32, 30), "stride [2]: input phases on channels"),
-        (nn.Conv1d(32, 32, 7), (1, 32, 8), "a single output"),  # 2 outputs: one tile of two folded
+        (nn.Conv1d(32, 32, 7), (1, 32, 8), "a single output"),  # 2 outputs: one folded, no tile of two
+        (nn.Conv1d(64, 64, 7, padding=3), (1, 64, 30), "F(2, 7): 4 GEMMs"),  # wide enough for the chunks
+        (nn.Conv1d(64, 32, 5), (1, 64, 30), "64 -> 32 channels"),  # not measured folded: left to im2col
     ],
-    ids=["3 taps", "16 channels", "strided long", "strided 5 taps", "2 outputs"],
+    ids=["3 taps", "16 channels", "strided long", "strided 5 taps", "2 outputs", "64 channels", "64 -> 32"],
 )
 def test_what_is_not_folded(conv, shape, reason):
     (decision,) = decisions_of("winograd", export(conv, torch.randn(shape)), [WinogradRule()])
