@@ -236,7 +236,7 @@ def main(
     not_folded = tuple(WinogradRule(min_fold_taps=math.inf) if r.name == "winograd" else r for r in host)
     # as phaseconv.lower lowers for the host: the fold's views then move rows on the channels-last buffer
     fold_variants = {"for x86-fma3": (host, PHASECONV_LOWERING), "not folded": (not_folded, PHASECONV_LOWERING)}
-    for label, (_, _, kernel, _, _) in MODEL_CONVOLUTIONS.items():
+    for label, (_, c_in, kernel, _, _) in MODEL_CONVOLUTIONS.items():
         conv, after_depthwise, x = model_convolution(label)
         if label in SPLIT_CANDIDATES:
             variants = {"every one split": forced, "whole": []}
@@ -247,17 +247,17 @@ def main(
         if kernel[0] <= 11 and kernel[1] == 1:
             variants = {"Winograd F(2, r)": [WinogradRule(min_channels=1)], "im2col": every_im2col}
             cases.append((f"{label} (winograd)", chain, x, variants))
-        if MODEL_CONVOLUTIONS[label][1] == 32 and kernel[1] == 1:
+        if c_in == 32 and kernel[1] == 1:
             cases.append((f"{label} (fold)", chain, x, fold_variants))
     for label in decoders:
         if only.lower() in f"{label} (im2col)".lower():
             module, inputs = decoders[label]()
-            variants = {"for x86-fma3": (TARGET_RULES["x86-fma3"], PHASECONV_LOWERING), "for any": as_lowered}
+            variants = {"for x86-fma3": (host, PHASECONV_LOWERING), "for any": as_lowered}
             cases.append((f"{label} (im2col)", phaseconv.prepare(module), inputs, variants))
         if only.lower() in f"{label} (winograd)".lower():
             module, inputs = decoders[label]()
-            im2col_only = (tuple(r for r in TARGET_RULES["x86-fma3"] if r.name != "winograd"), PHASECONV_LOWERING)
-            variants = {"for x86-fma3": (TARGET_RULES["x86-fma3"], PHASECONV_LOWERING), "im2col only": im2col_only}
+            im2col_only = (tuple(r for r in host if r.name != "winograd"), PHASECONV_LOWERING)
+            variants = {"for x86-fma3": (host, PHASECONV_LOWERING), "im2col only": im2col_only}
             cases.append((f"{label} (winograd)", phaseconv.prepare(module), inputs, variants))
     for label in ("HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames"):
         if only.lower() in f"{label} (fold)".lower():

@@ -177,6 +177,16 @@ def test_property_each_phase_read_on_its_own_needs_no_crop(stride, kernel, paddi
     torch.testing.assert_close(actual, expected)
 
 
+def correlation_case(kernel, lengths, needed, seed):
+    """(x [2, 3, lengths...], x zero-padded after each axis to `needed`, W [4, 3, kernel...], the
+    conv of that many axes), in float64."""
+    generator = torch.Generator().manual_seed(sum(kernel) * 31 + seed)
+    x = torch.randn(2, 3, *lengths, dtype=torch.float64, generator=generator)
+    w = torch.randn(4, 3, *kernel, dtype=torch.float64, generator=generator)
+    pads = [p for size, n in reversed(list(zip(lengths, needed))) for p in (0, n - size)]
+    return x, F.pad(x, pads), w, F.conv1d if len(kernel) == 1 else F.conv2d
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     kernel=st.lists(st.integers(1, 5), min_size=1, max_size=2),
@@ -188,14 +198,10 @@ def test_a_strided_correlation_is_a_stride_1_one_over_the_input_phases(kernel, s
     s * (outputs + ceil(k / s) - 1), in float64."""
     axes = len(kernel)
     stride, outputs = stride[:axes], outputs[:axes]
-    generator = torch.Generator().manual_seed(sum(kernel) * 31 + sum(stride) * 7 + sum(outputs))
     lengths = [s * (n - 1) + k for s, n, k in zip(stride, outputs, kernel)]  # exactly `outputs` outputs
-    x = torch.randn(2, 3, *lengths, dtype=torch.float64, generator=generator)
-    w = torch.randn(4, 3, *kernel, dtype=torch.float64, generator=generator)
-    conv = F.conv1d if axes == 1 else F.conv2d
     needed = [s * (n + -(-k // s) - 1) for s, n, k in zip(stride, outputs, kernel)]
-    pads = [p for size, n in reversed(list(zip(lengths, needed))) for p in (0, n - size)]
-    folded = conv(space_to_depth(F.pad(x, pads), stride), strided_as_phases_weight(w, stride))
+    x, padded, w, conv = correlation_case(kernel, lengths, needed, sum(stride) * 7 + sum(outputs))
+    folded = conv(space_to_depth(padded, stride), strided_as_phases_weight(w, stride))
     torch.testing.assert_close(folded, conv(x, w, stride=stride), rtol=1e-12, atol=1e-12)
 
 
@@ -210,12 +216,8 @@ def test_a_stride_1_correlation_folded_in_time_maps_input_phases_to_output_phase
     f * (n + ceil((k + f - 1) / f) - 1), in float64."""
     axes = len(kernel)
     fold, outputs = fold[:axes], outputs[:axes]
-    generator = torch.Generator().manual_seed(sum(kernel) * 31 + sum(fold) * 7 + sum(outputs))
     lengths = [f * n + k - 1 for f, n, k in zip(fold, outputs, kernel)]  # exactly f * n outputs
-    x = torch.randn(2, 3, *lengths, dtype=torch.float64, generator=generator)
-    w = torch.randn(4, 3, *kernel, dtype=torch.float64, generator=generator)
-    conv = F.conv1d if axes == 1 else F.conv2d
     needed = [f * (n + -(-(k + f - 1) // f) - 1) for f, n, k in zip(fold, outputs, kernel)]
-    pads = [p for size, n in reversed(list(zip(lengths, needed))) for p in (0, n - size)]
-    phases = conv(space_to_depth(F.pad(x, pads), fold), folded_in_time_weight(w, fold))
+    x, padded, w, conv = correlation_case(kernel, lengths, needed, sum(fold) * 7 + sum(outputs))
+    phases = conv(space_to_depth(padded, fold), folded_in_time_weight(w, fold))
     torch.testing.assert_close(interleave_phases(phases, fold, 1), conv(x, w), rtol=1e-12, atol=1e-12)

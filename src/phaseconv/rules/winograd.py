@@ -318,7 +318,7 @@ def _transformed(plan: WinogradPlan) -> WinogradPlan:
 def _folded(plan: WinogradPlan) -> WinogradPlan:
     """The plan of the convolution a fold in time makes: f phases in, f out, ceil((k + f - 1) / f) taps."""
     f, k, n = plan.fold, plan.kernel[0], plan.outputs[0]
-    kernel, outputs = (-(-(k + f - 1) // f), *plan.kernel[1:]), (-(-n // f), *plan.outputs[1:])
+    kernel, outputs = (*phase_taps([k + f - 1], [f]), *plan.kernel[1:]), (-(-n // f), *plan.outputs[1:])
     return WinogradPlan(plan.node, kernel, (0,) * len(kernel), outputs, plan.stride, plan.dilation)
 
 
@@ -328,14 +328,12 @@ def _time_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
     its input padded, or cut, to f * (Q + m - 1) for Q = ceil(T_out / f) outputs of m taps, space to
     depth, the stride-1 convolution 2C -> 2O, the interleave of its output phases, cut to T_out."""
     node, f, folded = plan.node, plan.fold, _folded(plan)
-    x, weight = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else None
-    width = x.meta["val"].shape[3] + 2 * plan.padding[1]  # 1, a dilation grid's columns, or a 2-D one's
-    padded = _padded_to(editor, node, x, plan.padding, [f * (folded.outputs[0] + folded.kernel[0] - 1), width])
-    phases = space_to_depth(editor, node, padded, [f, 1])
-    fold_weight = editor.derived_constant(weight, "in_time", lambda w: folded_in_time_weight(w, [f, 1]))
+    width = node.args[0].meta["val"].shape[3] + 2 * plan.padding[1]  # 1, a dilation grid's columns, or a 2-D one's
+    lengths = [f * (folded.outputs[0] + folded.kernel[0] - 1), width]
     fold_bias = None if bias is None else editor.derived_constant(bias, "in_time", lambda b: b.repeat(f))
-    stride_1 = editor.emit(node, node.target, phases, fold_weight, fold_bias)
+    in_time = ("in_time", lambda w: folded_in_time_weight(w, [f, 1]))
+    stride_1 = _over_input_phases(editor, plan, [f, 1], lengths, in_time, fold_bias)
     out = interleave(editor, node, stride_1, [f, 1], 1)
     if f * folded.outputs[0] != plan.outputs[0]:
         out = editor.emit(node, aten.slice.Tensor, out, 2, 0, plan.outputs[0])
@@ -348,15 +346,21 @@ def _phases_on_channels(editor: ProgramEditor, plan: WinogradPlan) -> Node:
     channels (`math.polyphase.strided_as_phases_weight`): the input padded, or cut, to
     s * (outputs + folded kernel - 1) per axis, then space to depth."""
     node, stride = plan.node, list(plan.stride)
-    x, weight = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else None
     needed = [s * (n + k - 1) for s, n, k in zip(stride, plan.outputs, plan.kernel)]
-    padded = _padded_to(editor, node, x, plan.padding, needed)
-    phases = space_to_depth(editor, node, padded, stride)
-    folded = editor.derived_constant(weight, "phases", lambda w: strided_as_phases_weight(w, stride))
-    stride_1 = editor.emit(node, node.target, phases, folded, bias)
+    phases = ("phases", lambda w: strided_as_phases_weight(w, stride))
+    stride_1 = _over_input_phases(editor, plan, stride, needed, phases, bias)
     editor.replace([node], stride_1)
     return stride_1
+
+
+def _over_input_phases(editor: ProgramEditor, plan: WinogradPlan, phases: list[int], lengths, weight_of, bias) -> Node:
+    """The stride-1 convolution over the planned one's input padded, or cut, to `lengths` and its
+    `phases` stacked on channels (space to depth), with the weight `weight_of = (key, W -> W')`."""
+    node = plan.node
+    padded = _padded_to(editor, node, node.args[0], plan.padding, lengths)
+    stacked = space_to_depth(editor, node, padded, phases)
+    return editor.emit(node, node.target, stacked, editor.derived_constant(node.args[1], *weight_of), bias)
 
 
 def _padded_to(editor: ProgramEditor, anchor: Node, x: Node, padding, lengths: list[int]) -> Node:
