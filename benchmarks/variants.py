@@ -22,12 +22,15 @@
   HiFi-GANs lowered for x86-fma3 with and without the fold.
 - shape_chains: the decoders and MI-GAN as phaseconv.lower lowers them (view chains moved on the
   channels-last buffer, the ops after an interleave lifted) or through NCHW as before.
+- weight_cache: the decoders lowered for the host, loaded with XNNPACK's weight cache (packed
+  weights shared by the operators reading one constant: an unrolled LSTM's steps) or without it
+  (the pip build's default: a private packed copy per operator).
 
     python benchmarks/variants.py --only lift_1d   # a subset; its rows are updated in the results
     python benchmarks/variants.py --only split_conv --threads 2
 
-A variant is a rule list (lowered with the stock partitioner) or (rules, to_xnnpack keywords); a case
-is a module or the exported program stock ExecuTorch lowers.
+A variant is a rule list (lowered with the stock partitioner) or (rules, to_xnnpack keywords, and
+`weight_cache` for LoadedProgram); a case is a module or the exported program stock ExecuTorch lowers.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.workers import save_results  # noqa: E402
+from benchmarks.workers import resident_mib, save_results  # noqa: E402
 
 console = Console(width=150)
 # The models' convolutions, (c_out, c_in, kernel, dilation, size): split_conv's and im2col's cases.
@@ -269,6 +272,12 @@ def main(
             module, inputs = build()
             variants = {"shape chains on the buffer (phaseconv.lower)": as_lowered, "through NCHW": before_chains}
             cases.append((f"{label} (shape_chains)", phaseconv.prepare(module), inputs, variants))
+    for label in ("EnCodec 24 kHz decoder 1 s", "Mimi decoder 25 frames"):
+        if only.lower() in f"{label} (weight_cache)".lower():
+            module, inputs = decoders[label]()
+            shared, private = (host, PHASECONV_LOWERING), (host, {**PHASECONV_LOWERING, "weight_cache": False})
+            variants = {"weight cache (phaseconv's runtime)": shared, "private packed weights": private}
+            cases.append((f"{label} (weight_cache)", phaseconv.prepare(module), inputs, variants))
     with_and_without(
         "split_conv",
         ("DAC decoder 1 s", "HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames", "Mimi decoder 25 frames"),
@@ -290,17 +299,21 @@ def main(
         programs = {"stock": (ep, {})} | {
             label: (phaseconv.rewrite(ep, rules), options) for label, (rules, options) in variants.items()
         }
-        loaded = {
-            label: LoadedProgram(to_xnnpack(program, **options).buffer)
-            for label, (program, options) in programs.items()
-        }
+        loaded, load_mib = {}, {}
+        for label, (program, options) in programs.items():
+            lowering = {k: v for k, v in options.items() if k != "weight_cache"}
+            buffer = to_xnnpack(program, **lowering).buffer
+            before = resident_mib()
+            loaded[label] = LoadedProgram(buffer, weight_cache=options.get("weight_cache", True))
+            load_mib[label] = resident_mib() - before
         times = interleaved_times({k: (lambda p=p, x=inputs: p.run(x)) for k, p in loaded.items()}, runs)
         if threads != 1:
             name = f"{name} [{threads} threads]"
-        rows.append({"case": name, "ms": {label: median_ms(samples) for label, samples in times.items()}})
+        ms = {label: median_ms(samples) for label, samples in times.items()}
+        rows.append({"case": name, "ms": ms, "load_mib": load_mib})
 
     table = Table(title=f"design choices, ExecuTorch XNNPACK, {threads} thread(s), median of {runs} interleaved runs")
-    for column in ("case", "stock ms", "default ms", "alternative", "alternative ms"):
+    for column in ("case", "stock ms", "default ms", "alternative", "alternative ms", "MiB kept by each load"):
         table.add_column(column)
     for row in rows:
         (default, default_ms), (alternative, alternative_ms) = list(row["ms"].items())[1:]
@@ -310,6 +323,7 @@ def main(
             f"{default_ms:.3f} ({default})",
             alternative,
             f"{alternative_ms:.3f}",
+            " / ".join(f"{mib:.0f}" for mib in row["load_mib"].values()),
         )
     console.print(table)
     save_results(json_path, rows, "case" if only else None, runs=runs)  # a partial run updates its rows

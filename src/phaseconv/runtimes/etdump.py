@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from executorch.extension.pybindings import portable_lib
 
 SKIPPED = {"Method::execute", "DELEGATE_CALL", "Program::load_method", "Method::init"}
 
@@ -29,19 +28,25 @@ class OperatorTime:
         return self.name.rsplit(" #", 1)[0]
 
 
-def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 10) -> list[OperatorTime]:
+def operator_times(
+    buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 10, weight_cache: bool = True
+) -> list[OperatorTime]:
     """Every operator of one call, in the order it ran, with its median time over `runs` calls
     (after one untimed call). XNNPACK's thread count must be set before (see set_threads)."""
     from executorch.devtools import Inspector
 
-    module = portable_lib._load_for_executorch_from_buffer(buffer, enable_etdump=True)
-    module.forward(list(inputs))
+    from phaseconv.runtimes.executorch import _load
+
+    buffer = bytes(buffer)
+    program = _load(buffer, weight_cache, enable_etdump=True, debug_buffer_size=0)
+    method = program.load_method("forward")
+    method.execute(tuple(inputs))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "run.etdp"
         for _ in range(runs):
-            module.forward(list(inputs))
-        module.write_etdump_result_to_file(str(path))
-        del module  # the runtime reads `buffer` until here
+            method.execute(tuple(inputs))
+        program.write_etdump_result_to_file(str(path), str(Path(folder) / "debug.bin"))
+        del method, program  # the runtime reads `buffer` until here
         blocks = Inspector(etdump_path=str(path)).event_blocks
     events = [event for block in blocks if block.name == "Execute" for event in block.events]
     events = [e for e in events if e.name not in SKIPPED and e.perf_data is not None]

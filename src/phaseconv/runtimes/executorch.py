@@ -3,7 +3,9 @@
 Runtime facts this module encodes (executorch 1.5.1):
 - the thread pool size must be set before any XNNPACK program is loaded (later it crashes);
 - a program loaded from bytes does not copy them: they must outlive the program;
-- a buffer the program writes starts from garbage unless its initial value is serialized.
+- a buffer the program writes starts from garbage unless its initial value is serialized;
+- XNNPACK packs a private copy of a weight for every operator that reads it unless its weight
+  cache is on (off in the pip build; `weight_cache` below turns it on for each load).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch.export.graph_signature import InputKind
 
 from phaseconv.errors import PhaseconvError
 from phaseconv.graph.program import copy_program, declared_ranges_kept
+from phaseconv.runtimes.backend_options import WEIGHT_CACHE, set_xnnpack_option
 from phaseconv.runtimes.xnnpack_layout import shape_chains_on_buffer
 
 _threads_locked = False
@@ -102,19 +105,28 @@ def _tag_constants_external(ep: ExportedProgram) -> ExportedProgram:
     return ep
 
 
+def _load(buffer: bytes, weight_cache: bool, **options):
+    """The runtime's Program for `buffer` (which must outlive it)."""
+    global _threads_locked
+    set_xnnpack_option(WEIGHT_CACHE, weight_cache)
+    _threads_locked = True
+    return Runtime.get().load_program(buffer, **options)
+
+
 class LoadedProgram:
     """A program loaded by the ExecuTorch runtime, its `forward` initialized; keeps its bytes alive
     as long as it lives. `data_path`: the .ptd file of a program saved with external constants.
 
     The method is initialized here, not on the first call (XNNPACK packs its weights then: 28 ms
-    for the pocket-tts step), so the first call costs what the others do: time to first audio."""
+    for the pocket-tts step), so the first call costs what the others do: time to first audio.
+    With `weight_cache` (XNNPACK's `weight_cache_enabled`), operators that read the same constant
+    share one packed copy: an unrolled LSTM's steps read one recurrent weight, which stays in cache,
+    instead of one private copy per step streamed from memory."""
 
-    def __init__(self, buffer: bytes, data_path: str | Path | None = None):
-        global _threads_locked
+    def __init__(self, buffer: bytes, data_path: str | Path | None = None, weight_cache: bool = True):
         self._buffer = bytes(buffer)
-        self._program = Runtime.get().load_program(self._buffer, data_path=data_path)
+        self._program = _load(self._buffer, weight_cache, data_path=data_path)
         self._method = self._program.load_method("forward")
-        _threads_locked = True
         meta = self._method.metadata
         # Planned sizes: a dynamic size is planned for the longest of its declared range.
         self._largest = [tuple(meta.input_tensor_meta(i).sizes()) for i in range(meta.num_inputs())]
@@ -133,7 +145,9 @@ class LoadedProgram:
         return self._method.metadata
 
 
-def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20) -> dict[str, float]:
+def operator_times(
+    buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20, weight_cache: bool = True
+) -> dict[str, float]:
     """Milliseconds per call spent in each kind of operator ("Fully Connected (NC, F32) GEMM", ...,
     and the portable kernels), from ExecuTorch's ETDump: the median over `runs` calls after the
     first. Calls carry state from one to the next, as a stream does."""
@@ -142,7 +156,8 @@ def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 
 
     from executorch.devtools import Inspector
 
-    program = Runtime.get().load_program(bytes(buffer), enable_etdump=True, debug_buffer_size=0)
+    buffer = bytes(buffer)
+    program = _load(buffer, weight_cache, enable_etdump=True, debug_buffer_size=0)
     method = program.load_method("forward")
     for _ in range(runs + 1):
         method.execute(tuple(inputs))
