@@ -98,15 +98,24 @@ def show_decisions(decisions) -> None:
 def show_summaries(summaries: dict) -> None:
     if not _compact():
         console.print(summary_table(summaries))
-        return
+    else:
+        for name, summary in summaries.items():
+            top, outside = _counts(summary.inside.most_common(4)), _counts(sorted(summary.outside.items()))
+            console.print(
+                f"{name}: {summary.partitions} partition(s), {summary.layout_transposes} layout transposes; "
+                f"inside: {top}; outside: {outside}",
+                highlight=False,
+                soft_wrap=True,
+            )
     for name, summary in summaries.items():
-        top, outside = _counts(summary.inside.most_common(4)), _counts(sorted(summary.outside.items()))
-        console.print(
-            f"{name}: {summary.partitions} partition(s), {summary.layout_transposes} layout transposes; "
-            f"inside: {top}; outside: {outside}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        if summary.repacked_weights:
+            console.print(
+                f"{name}: {summary.repacked_weights} XNNPACK operators read a weight another one reads "
+                f"({summary.repacked_bytes / 2**20:.1f} MiB): load it with XNNPACK's weight cache on "
+                "(backend option weight_cache_enabled; phaseconv's runtime does), or each packs a copy of its own",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _print_json(data) -> None:

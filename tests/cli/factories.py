@@ -42,3 +42,18 @@ def dynamic_decoder():
 
     module, inputs = seanet_decoder(frames=6, latent=16, channels=32)
     return module, inputs, ({2: Dim("frames", min=1, max=12)},)
+
+
+def small_lstm():
+    """A 2-layer LSTM over 8 steps, its output sequence, as in EnCodec: its unrolled steps read each
+    recurrent weight."""
+
+    class OutputSequence(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(32, 32, 2)
+
+        def forward(self, x):
+            return self.lstm(x)[0]
+
+    return OutputSequence(), (torch.randn(8, 1, 32),)

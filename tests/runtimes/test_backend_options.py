@@ -80,3 +80,11 @@ def test_a_program_sharing_packed_weights_outlives_the_other(program):
     assert_close(second.run((x,))[0], expected)
     third = LoadedProgram(buffer)
     assert_close(third.run((x,))[0], expected)
+
+
+def test_the_summary_counts_the_copies_a_load_without_the_cache_packs(program):
+    from phaseconv.runtimes.pte import summarize_pte
+
+    summary = summarize_pte(program[0])
+    assert summary.inside["XNNFullyConnected"] == STEPS
+    assert (summary.repacked_weights, summary.repacked_bytes) == (STEPS - 1, (STEPS - 1) * 4 * HIDDEN * HIDDEN * 4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import tempfile
 from collections import Counter
@@ -18,6 +19,7 @@ from phaseconv.errors import PhaseconvError
 
 XNNPACK = "XnnpackBackend"
 TRANSPOSE = "XNNStaticTranspose"
+ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "int8": 1, "qint8": 1, "qcint8": 1, "qdint8": 1, "qbint4": 0.5, "qcint4": 0.5}
 BARE_NON_FINITE = re.compile(rb"(?<=[:\[,\s])(-?inf|nan)(?=\s*[,\]}\n])")
 
 
@@ -29,6 +31,10 @@ class DelegationSummary:
     inside: Counter = field(default_factory=Counter)
     outside: Counter = field(default_factory=Counter)
     external_constants: int = 0  # delegate constants kept in a .ptd file beside the .pte
+    # XNNPACK operators whose weight another operator reads too (an unrolled LSTM's steps): each packs
+    # a copy of its own, and keeps it for the program's life, unless XNNPACK's weight cache is on.
+    repacked_weights: int = 0
+    repacked_bytes: int = 0
 
     @property
     def layout_transposes(self) -> int:
@@ -41,6 +47,8 @@ class DelegationSummary:
             "outside": dict(sorted(self.outside.items())),
             "layout_transposes": self.layout_transposes,
             "external_constants": self.external_constants,
+            "repacked_weights": self.repacked_weights,
+            "repacked_bytes": self.repacked_bytes,
         }
 
 
@@ -64,12 +72,27 @@ def summarize_pte(data: bytes) -> DelegationSummary:
                 summary.inside.update(node["xnode_union_type"] for node in graph["xnodes"])
                 keys = {c.get("named_key") for c in graph.get("constant_data", [])} - {None, ""}
                 summary.external_constants += len(keys - inline)
+                _count_repacked_weights(graph, summary)
             else:
                 summary.inside[delegate.id] += 1
         elif isinstance(args, KernelCall):
             operator = plan.operators[args.op_index]
             summary.outside[f"{operator.name}.{operator.overload}" if operator.overload else operator.name] += 1
     return summary
+
+
+def _count_repacked_weights(graph: dict, summary: DelegationSummary) -> None:
+    """Readers of each weight (a node's filter) past the first, and the bytes of their copies."""
+    nodes = [node["xnode_union"] for node in graph["xnodes"]]
+    readers = Counter(node["filter_id"] for node in nodes if "filter_id" in node)
+    # a quantized value wraps its tensor value
+    tensors = [value["xvalue_union"].get("tensor_value", value["xvalue_union"]) for value in graph["xvalues"]]
+    by_id = {tensor["id_out"]: tensor for tensor in tensors if "id_out" in tensor}
+    for value_id, count in readers.items():
+        tensor = by_id[value_id]
+        element_bytes = ELEMENT_BYTES.get(tensor["datatype"].removeprefix("xnn_datatype_"), 4)
+        summary.repacked_weights += count - 1
+        summary.repacked_bytes += int((count - 1) * math.prod(tensor.get("dims", [])) * element_bytes)
 
 
 def summarize_pte_file(path: str | Path) -> DelegationSummary:
