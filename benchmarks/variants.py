@@ -45,7 +45,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.workers import resident_mib, save_results  # noqa: E402
+from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=150)
 # The models' convolutions, (c_out, c_in, kernel, dilation, size): split_conv's and im2col's cases.
@@ -299,21 +299,18 @@ def main(
         programs = {"stock": (ep, {})} | {
             label: (phaseconv.rewrite(ep, rules), options) for label, (rules, options) in variants.items()
         }
-        loaded, load_mib = {}, {}
+        loaded = {}
         for label, (program, options) in programs.items():
             lowering = {k: v for k, v in options.items() if k != "weight_cache"}
-            buffer = to_xnnpack(program, **lowering).buffer
-            before = resident_mib()
-            loaded[label] = LoadedProgram(buffer, weight_cache=options.get("weight_cache", True))
-            load_mib[label] = resident_mib() - before
+            weight_cache = options.get("weight_cache", True)
+            loaded[label] = LoadedProgram(to_xnnpack(program, **lowering).buffer, weight_cache=weight_cache)
         times = interleaved_times({k: (lambda p=p, x=inputs: p.run(x)) for k, p in loaded.items()}, runs)
         if threads != 1:
             name = f"{name} [{threads} threads]"
-        ms = {label: median_ms(samples) for label, samples in times.items()}
-        rows.append({"case": name, "ms": ms, "load_mib": load_mib})
+        rows.append({"case": name, "ms": {label: median_ms(samples) for label, samples in times.items()}})
 
     table = Table(title=f"design choices, ExecuTorch XNNPACK, {threads} thread(s), median of {runs} interleaved runs")
-    for column in ("case", "stock ms", "default ms", "alternative", "alternative ms", "MiB kept by each load"):
+    for column in ("case", "stock ms", "default ms", "alternative", "alternative ms"):
         table.add_column(column)
     for row in rows:
         (default, default_ms), (alternative, alternative_ms) = list(row["ms"].items())[1:]
@@ -323,7 +320,6 @@ def main(
             f"{default_ms:.3f} ({default})",
             alternative,
             f"{alternative_ms:.3f}",
-            " / ".join(f"{mib:.0f}" for mib in row["load_mib"].values()),
         )
     console.print(table)
     save_results(json_path, rows, "case" if only else None, runs=runs)  # a partial run updates its rows

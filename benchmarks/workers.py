@@ -40,11 +40,6 @@ def machine() -> dict:
     }
 
 
-def resident_mib() -> float:
-    """This process's resident memory (Linux), MiB: its growth over a load is what the load kept."""
-    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20
-
-
 def _cpuinfo() -> list[str]:
     try:
         return Path("/proc/cpuinfo").read_text().splitlines()
