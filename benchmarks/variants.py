@@ -22,6 +22,8 @@
   HiFi-GANs lowered for x86-fma3 with and without the fold.
 - shape_chains: the decoders and MI-GAN as phaseconv.lower lowers them (view chains moved on the
   channels-last buffer, the ops after an interleave lifted) or through NCHW as before.
+- padded_taps: Mimi's decoder on one frame, its convolutions' taps that read only zero padding
+  dropped (phaseconv.lower) or kept.
 - weight_cache: the decoders lowered for the host, loaded with XNNPACK's weight cache (packed
   weights shared by the operators reading one constant: an unrolled LSTM's steps) or without it
   (the pip build's default: a private packed copy per operator).
@@ -192,6 +194,7 @@ def main(
     from phaseconv.models import transformers_audio
 
     decoders = {
+        "Mimi decoder 1 frame": lambda: transformers_audio.mimi_latents_decoder(1),
         "Mimi decoder 25 frames": lambda: transformers_audio.mimi_latents_decoder(25),
         "SpeechT5 HiFi-GAN 100 frames": lambda: transformers_audio.hifigan(100),
         "HiFi-GAN V1 100 frames": lambda: transformers_audio.hifigan(100, "v1"),
@@ -278,6 +281,7 @@ def main(
             shared, private = (host, PHASECONV_LOWERING), (host, {**PHASECONV_LOWERING, "weight_cache": False})
             variants = {"weight cache (phaseconv's runtime)": shared, "private packed weights": private}
             cases.append((f"{label} (weight_cache)", phaseconv.prepare(module), inputs, variants))
+    with_and_without("padded_taps", ("Mimi decoder 1 frame",), "taps on zeros dropped", "every tap kept")
     with_and_without(
         "split_conv",
         ("DAC decoder 1 s", "HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames", "Mimi decoder 25 frames"),

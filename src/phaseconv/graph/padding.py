@@ -1,4 +1,5 @@
-"""Emit the zero padding of a convolution's input, for the rules that read its windows themselves."""
+"""Read a graph's constant pads; emit the zero padding of a convolution's input, for the rules that
+read its windows themselves."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from torch.fx import Node
 from phaseconv.graph.program import ProgramEditor
 
 aten = torch.ops.aten
+PADS = {aten.pad.default, aten.constant_pad_nd.default}
 SHAPE_OPS = {
     aten.view.default,
     aten._unsafe_view.default,
@@ -18,6 +20,18 @@ SHAPE_OPS = {
     aten.permute_copy.default,
     aten.transpose.int,
 }
+
+
+def constant_mode(pad: Node) -> bool:
+    """Is this pad node a constant pad (aten.pad's mode, constant_pad_nd always)."""
+    return pad.target == aten.constant_pad_nd.default or (len(pad.args) < 3 or pad.args[2] == "constant")
+
+
+def fill_value(pad: Node) -> float:
+    """The value a constant pad fills with: aten.pad's 4th argument, constant_pad_nd's 3rd, else 0."""
+    index = 3 if pad.target == aten.pad.default else 2
+    value = pad.args[index] if len(pad.args) > index else pad.kwargs.get("value")
+    return 0.0 if value is None else value
 
 
 def _origin(node: Node) -> Node:

@@ -12,6 +12,7 @@ from phaseconv.rules.lift_1d import Lift1dRule
 from phaseconv.rules.lstm import LstmRule
 from phaseconv.rules.mean import MeanRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
+from phaseconv.rules.padded_taps import PaddedTapsRule
 from phaseconv.rules.reflect_pad import ReflectPadRule
 from phaseconv.rules.rotate_half import RotateHalfRule
 from phaseconv.rules.slice_of_cat import SliceOfCatRule
@@ -34,6 +35,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ReflectPadRule(),
     SliceScatterRule(),
     SliceOfCatRule(),
+    PaddedTapsRule(),
     ConstantOperandRule(),
     Lift1dRule(),
     SplitConvRule(),

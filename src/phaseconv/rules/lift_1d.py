@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
+from phaseconv.graph.padding import PADS, constant_mode, fill_value
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.rules.base import Skip
 
@@ -49,7 +50,6 @@ UNARY = {
 }
 BINARY = {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor}
 CONV1D_DEFAULTS = (None, [1], [0], [1], 1)  # bias, stride, padding, dilation, groups
-PADS = {aten.pad.default, aten.constant_pad_nd.default}
 VIEWS = {aten.view.default, aten._unsafe_view.default}
 
 
@@ -80,16 +80,8 @@ def _eligible(node: Node) -> bool:
     if node.target == aten.slice.Tensor:
         return node.args[1] in (2, -1)  # the time axis
     if node.target in PADS:
-        mode = node.args[2] if node.target == aten.pad.default and len(node.args) > 2 else "constant"
-        return mode == "constant" and len(node.args[1]) == 2
+        return constant_mode(node) and len(node.args[1]) == 2
     return node.target in UNARY or node.target in BINARY
-
-
-def _fill(pad: Node) -> float:
-    """The value a constant pad fills with: aten.pad's 4th argument, constant_pad_nd's 3rd, else 0."""
-    index = 3 if pad.target == aten.pad.default else 2
-    value = pad.args[index] if len(pad.args) > index else pad.kwargs.get("value")
-    return 0.0 if value is None else value
 
 
 def _inferred(shape) -> list[int]:
@@ -237,7 +229,7 @@ class Lift1dRule:
                 new = editor.emit(node, node.target, into(node.args[0]), 2, *node.args[2:])
             elif node.target in PADS:  # as constant_pad_nd: tracing aten.pad in 4-D fixes a dynamic length
                 new = editor.emit(
-                    node, aten.constant_pad_nd.default, into(node.args[0]), [0, 0, *node.args[1]], _fill(node)
+                    node, aten.constant_pad_nd.default, into(node.args[0]), [0, 0, *node.args[1]], fill_value(node)
                 )
             else:
                 new = editor.emit(node, node.target, *[into(a) for a in node.args], **node.kwargs)
