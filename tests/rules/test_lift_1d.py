@@ -144,3 +144,31 @@ def test_a_weight_from_the_inputs_is_left_with_the_reason():
     (decision,) = [d for d in phaseconv.explain(ep) if d.rule == "lift_1d"]
     assert not decision.applied and "weight is not a constant" in decision.reason
     assert_close(run(phaseconv.rewrite(ep), x, w), run(ep, x, w))
+
+
+class ReflectPaddedUnit(nn.Module):
+    """EnCodec's convolutions: reflect padding (the reflect_pad rule: one-step slices and a cat along
+    time) between two convolutions."""
+
+    def __init__(self, channels=8):
+        super().__init__()
+        self.first = nn.Conv1d(channels, channels, 3)
+        self.second = nn.Conv1d(channels, channels, 7)
+
+    def forward(self, x):
+        y = nn.functional.elu(self.first(x))
+        return self.second(nn.functional.pad(y, [3, 3], mode="reflect"))
+
+
+def test_a_cat_along_time_stays_in_the_region_and_the_program_in_one_layout():
+    x = torch.randn(1, 8, 40)
+    ep = export(ReflectPaddedUnit(), x)
+    rewritten = phaseconv.rewrite(ep)
+    cats = [n for n in rewritten.graph.nodes if n.target == aten.cat.default]
+    assert [(n.meta["val"].dim(), n.args[1]) for n in cats] == [(4, 2)], "the reflect pad's cat, on [N, C, T, 1]"
+    (decision,) = [d for d in phaseconv.explain(ep) if d.rule == "lift_1d"]
+    assert decision.applied and "2 conv1d" in decision.detail
+    summary, _ = assert_one_partition_matching(rewritten, ep, x)
+    # split at the cat, neither convolution had a region of two: each ran between its own reshapes
+    flat = summarize_pte(to_xnnpack(phaseconv.rewrite(ep, WITHOUT_LIFT)).buffer)
+    assert summary.layout_transposes < flat.layout_transposes, (summary, flat)

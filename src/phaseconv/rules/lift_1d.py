@@ -9,7 +9,7 @@ puts it: XNNPACK's convolutions with the kernel along the width ran up to 1.5x s
 
     conv1d(x, w, b, s, p, d, g)   -> conv2d(x4, w[..., None], b, (s, 1), (p, 0), (d, 1), g)
     f(x), x + y, pad(x, [l, r])   -> f(x4), x4 + y4, pad(x4, [0, 0, l, r])
-    x[:, :, a:b]                  -> x4[:, :, a:b]           (a same-shape view or reshape: dropped)
+    x[:, :, a:b], cat(xs, -1)     -> x4[:, :, a:b], cat(x4s, 2)   (a same-shape view or reshape: dropped)
 
 with one view into the region per value that enters it and one view out per value that leaves; a
 dynamic length is the views' inferred size (-1). The arithmetic is unchanged: the same products and
@@ -79,6 +79,8 @@ def _eligible(node: Node) -> bool:
         return node.args[0].meta["val"].shape == node.meta["val"].shape  # a no-op, as DAC's snake has
     if node.target == aten.slice.Tensor:
         return node.args[1] in (2, -1)  # the time axis
+    if node.target == aten.cat.default:  # along time: a reflect pad's slices and the input
+        return len(node.args) > 1 and node.args[1] in (2, -1) and all(_float_3d(t) for t in node.args[0])
     if node.target in PADS:
         return constant_mode(node) and len(node.args[1]) == 2
     return node.target in UNARY or node.target in BINARY
@@ -227,6 +229,8 @@ class Lift1dRule:
                 new = into(node.args[0])
             elif node.target == aten.slice.Tensor:
                 new = editor.emit(node, node.target, into(node.args[0]), 2, *node.args[2:])
+            elif node.target == aten.cat.default:
+                new = editor.emit(node, node.target, [into(part) for part in node.args[0]], 2)
             elif node.target in PADS:  # as constant_pad_nd: tracing aten.pad in 4-D fixes a dynamic length
                 new = editor.emit(
                     node, aten.constant_pad_nd.default, into(node.args[0]), [0, 0, *node.args[1]], fill_value(node)
