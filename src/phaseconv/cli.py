@@ -95,6 +95,10 @@ def show_decisions(decisions) -> None:
         console.print(decisions_table(decisions))
 
 
+# Copies of shared weights that a load without XNNPACK's weight cache packs: said from 1 MiB on.
+REPACKED_WORTH_SAYING = 2**20
+
+
 def show_summaries(summaries: dict) -> None:
     if not _compact():
         console.print(summary_table(summaries))
@@ -108,7 +112,7 @@ def show_summaries(summaries: dict) -> None:
                 soft_wrap=True,
             )
     for name, summary in summaries.items():
-        if summary.repacked_weights:
+        if summary.repacked_bytes >= REPACKED_WORTH_SAYING:
             console.print(
                 f"{name}: {summary.repacked_weights} XNNPACK operators read a weight another one reads "
                 f"({summary.repacked_bytes / 2**20:.1f} MiB): load it with XNNPACK's weight cache on "

@@ -51,7 +51,7 @@ def small_lstm():
     class OutputSequence(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.lstm = torch.nn.LSTM(32, 32, 2)
+            self.lstm = torch.nn.LSTM(32, 128, 2)
 
         def forward(self, x):
             return self.lstm(x)[0]

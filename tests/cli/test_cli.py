@@ -65,8 +65,8 @@ def test_inspect_says_when_operators_share_a_weight_the_weight_cache_would_pack_
     assert phaseconv("lower", "tests.cli.factories:small_lstm", "-o", path).returncode == 0
     summary = json.loads(phaseconv("inspect", path, "--json").stdout)
     # per layer 8 steps, 7 with a recurrent term (h_0 is zero): 6 readers past the first, 4H x H fp32 each
-    assert summary["repacked_weights"] == 2 * 6 and summary["repacked_bytes"] == 12 * 128 * 32 * 4
-    assert "12 XNNPACK operators read a weight another one reads" in phaseconv("inspect", path).stdout
+    assert summary["repacked_weights"] == 2 * 6 and summary["repacked_bytes"] == 12 * 512 * 128 * 4
+    assert "12 XNNPACK operators read a weight another one reads (3.0 MiB)" in phaseconv("inspect", path).stdout
     assert "weight cache" not in phaseconv("inspect", pte).stdout  # a decoder: every weight read once
 
 
