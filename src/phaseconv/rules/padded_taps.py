@@ -66,7 +66,7 @@ def _kept_taps(node: Node) -> tuple[Node, tuple[int, int], tuple[int, int]] | No
     if not live or len(live) == taps:
         return None
     first, last = live[0], live[-1]
-    last_read = (outputs - 1) * stride + last * dilation - before
+    last_read = last_output + last * dilation - before
     return source, (first, last), (before - first * dilation, max(0, last_read - (length - 1)))
 
 

@@ -28,17 +28,15 @@ class OperatorTime:
         return self.name.rsplit(" #", 1)[0]
 
 
-def operator_times(
-    buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 10, weight_cache: bool = True
-) -> list[OperatorTime]:
+def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 10) -> list[OperatorTime]:
     """Every operator of one call, in the order it ran, with its median time over `runs` calls
     (after one untimed call). XNNPACK's thread count must be set before (see set_threads)."""
     from executorch.devtools import Inspector
 
-    from phaseconv.runtimes.executorch import _load
+    from phaseconv.runtimes.executorch import load_program
 
     buffer = bytes(buffer)
-    program = _load(buffer, weight_cache, enable_etdump=True, debug_buffer_size=0)
+    program = load_program(buffer, enable_etdump=True, debug_buffer_size=0)
     method = program.load_method("forward")
     method.execute(tuple(inputs))
     with tempfile.TemporaryDirectory() as folder:

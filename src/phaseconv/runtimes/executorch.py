@@ -105,8 +105,8 @@ def _tag_constants_external(ep: ExportedProgram) -> ExportedProgram:
     return ep
 
 
-def _load(buffer: bytes, weight_cache: bool, **options):
-    """The runtime's Program for `buffer` (which must outlive it)."""
+def load_program(buffer: bytes, weight_cache: bool = True, **options):
+    """The runtime's Program for `buffer` (which must outlive it), XNNPACK's weight cache on or off."""
     global _threads_locked
     set_xnnpack_option(WEIGHT_CACHE, weight_cache)
     _threads_locked = True
@@ -125,7 +125,7 @@ class LoadedProgram:
 
     def __init__(self, buffer: bytes, data_path: str | Path | None = None, weight_cache: bool = True):
         self._buffer = bytes(buffer)
-        self._program = _load(self._buffer, weight_cache, data_path=data_path)
+        self._program = load_program(self._buffer, weight_cache, data_path=data_path)
         self._method = self._program.load_method("forward")
         meta = self._method.metadata
         # Planned sizes: a dynamic size is planned for the longest of its declared range.
@@ -145,9 +145,7 @@ class LoadedProgram:
         return self._method.metadata
 
 
-def operator_times(
-    buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20, weight_cache: bool = True
-) -> dict[str, float]:
+def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20) -> dict[str, float]:
     """Milliseconds per call spent in each kind of operator ("Fully Connected (NC, F32) GEMM", ...,
     and the portable kernels), from ExecuTorch's ETDump: the median over `runs` calls after the
     first. Calls carry state from one to the next, as a stream does."""
@@ -157,7 +155,7 @@ def operator_times(
     from executorch.devtools import Inspector
 
     buffer = bytes(buffer)
-    program = _load(buffer, weight_cache, enable_etdump=True, debug_buffer_size=0)
+    program = load_program(buffer, enable_etdump=True, debug_buffer_size=0)
     method = program.load_method("forward")
     for _ in range(runs + 1):
         method.execute(tuple(inputs))
