@@ -35,6 +35,11 @@ class PaddedTapsPlan:
     padding: tuple[int, int]  # the padding those taps read
 
 
+def _stride_dilation(node: Node) -> tuple[int, int]:
+    """conv1d's stride and dilation (arguments 3 and 5, 1 when left out)."""
+    return tuple(node.args[i][0] if len(node.args) > i else 1 for i in (3, 5))
+
+
 def _zero_padding(node: Node) -> tuple[Node, int, int] | None:
     """(unpadded input, before, after) of a conv1d's input, counting its own `padding` argument."""
     x = node.args[0]
@@ -57,8 +62,7 @@ def _kept_taps(node: Node) -> tuple[Node, tuple[int, int], tuple[int, int]] | No
     source, before, after = padded
     length, outputs = source.meta["val"].shape[-1], node.meta["val"].shape[-1]
     taps = node.args[1].meta["val"].shape[-1]
-    stride = node.args[3][0] if len(node.args) > 3 else 1
-    dilation = node.args[5][0] if len(node.args) > 5 else 1
+    stride, dilation = _stride_dilation(node)
     if not all(isinstance(n, int) for n in (length, outputs, taps)) or min(before, after) < 0:
         return None
     last_output = (outputs - 1) * stride
@@ -92,8 +96,7 @@ class PaddedTapsRule:
             return Skip(f"the weight is not a constant: {why}")
         if not bool(torch.isfinite(weight).all()):
             return Skip("the weight has inf or nan, which zeros would not cancel")
-        stride = node.args[3][0] if len(node.args) > 3 else 1
-        dilation = node.args[5][0] if len(node.args) > 5 else 1
+        stride, dilation = _stride_dilation(node)
         length = source.meta["val"].shape[-1] + sum(padding)
         if (length - dilation * (taps[1] - taps[0]) - 1) // stride + 1 != node.meta["val"].shape[-1]:
             return Skip("the kept taps would give more outputs: a crop would follow")
@@ -113,6 +116,7 @@ class PaddedTapsRule:
         if any(plan.padding):
             x = editor.emit(node, aten.constant_pad_nd.default, x, list(plan.padding), 0.0)
         bias = node.args[2] if len(node.args) > 2 else None
-        stride, dilation = (node.args[i] if len(node.args) > i else [1] for i in (3, 5))
+        stride, dilation = _stride_dilation(node)
         groups = node.args[6] if len(node.args) > 6 else 1
-        editor.replace([node], editor.emit(node, aten.conv1d.default, x, weight, bias, stride, [0], dilation, groups))
+        conv = editor.emit(node, aten.conv1d.default, x, weight, bias, [stride], [0], [dilation], groups)
+        editor.replace([node], conv)
