@@ -41,7 +41,8 @@ def to_onnx(ep: ExportedProgram) -> bytes:
 
 class OrtSession:
     """An ONNX model loaded by ONNX Runtime (CPU provider, ORT_ENABLE_ALL) with `threads` threads,
-    intra-op spinning off."""
+    otherwise as ORT sets it up: its idle threads spin about 30 ms after a run before they park
+    (runtimes/timing.py lets them stop before the next runner is timed)."""
 
     def __init__(self, model: bytes, threads: int = 1):
         ort = _require("onnxruntime")
@@ -50,10 +51,6 @@ class OrtSession:
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only
-        # Idle intra-op threads park instead of spinning: with two sessions (and XNNPACK's pool) run in
-        # turn in one process, a session's spinning threads took the cores from the next run (at 2
-        # threads, a second session of the same graph ran 0.52-0.86x as fast as the first).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self._names = [i.name for i in self._session.get_inputs()]
 

@@ -2,26 +2,67 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable
 
 
+def wait_until_others_idle(window: float = 0.01, limit: float = 0.2) -> None:
+    """Busy-wait until the process's other threads use under a fifth of a core over `window` s
+    (at most `limit` s): until the threads a runtime leaves spinning after a call have parked.
+    The kernel adds up other threads' CPU time at its clock ticks (every 4 ms at 250 Hz), hence
+    a window of several ticks.
+
+    Measured here: ONNX Runtime's intra-op threads spin about 30 ms after a run (its default; with
+    spinning off its 2-thread runs were 1.35-1.5x slower); PyTorch's OpenMP threads about 4 ms after
+    each parallel region (an eager run, or the ExecuTorch binding's copy of an output of 32768
+    elements or more), which on two cores took the core the next runner's second thread needed (an
+    image generator at 2 threads: 14.5 ms per call, 12.8 without). This thread busy-waits instead of
+    sleeping: after 50 ms asleep, XNNPACK at 2 threads ran the same U-Net in 20-22 ms instead of 14-15
+    (the virtual machine parks idle cores), and a real app's decoder runs on warm cores."""
+    deadline = time.perf_counter() + limit
+    while time.perf_counter() < deadline:
+        wall, cpu = time.perf_counter(), time.process_time()
+        while time.perf_counter() - wall < window:
+            pass
+        others = (time.process_time() - cpu) - (time.perf_counter() - wall)
+        if others < 0.2 * window:
+            return
+
+
 def interleaved_times(
-    runners: dict[str, Callable[[], object]], runs: int, warmup: int = 3, on_round: Callable[[], None] | None = None
+    runners: dict[str, Callable[[], object]],
+    runs: int,
+    warmup: int = 3,
+    on_round: Callable[[], None] | None = None,
+    settle: Callable[[], None] = wait_until_others_idle,
 ) -> dict[str, list[float]]:
-    """Seconds per call for each runner, over `runs` rounds after `warmup` untimed rounds."""
+    """Seconds per call for each runner, over `runs` rounds after `warmup` untimed rounds; before
+    each timed call, `settle`, so no runner pays for threads another one left spinning.
+
+    Python's garbage collector is off while they run, as `timeit` does: a benchmark process holds
+    exported programs (millions of objects), and a full collection triggered by one runner's small
+    allocations would be charged to whichever call was running."""
     for _ in range(warmup):
         for run in runners.values():
             run()
     times: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(runs):
-        for name, run in runners.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-        if on_round is not None:
-            on_round()
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(runs):
+            for name, run in runners.items():
+                settle()
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+            if on_round is not None:
+                on_round()
+    finally:
+        if collecting:
+            gc.enable()
     return times
 
 
