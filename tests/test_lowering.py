@@ -55,7 +55,8 @@ def test_lower_rejects_bad_arguments(program):
         phaseconv.lower(ep, backend="coreml")
     with pytest.raises(TypeError, match="ExportedProgram"):
         phaseconv.lower(torch.nn.Linear(2, 2))
-    with pytest.raises(phaseconv.PhaseconvError, match="unknown target 'arm64'; choose one of any, x86-fma3, host"):
+    choices = "choose one of any, x86-fma3, x86-avx512, host"
+    with pytest.raises(phaseconv.PhaseconvError, match=f"unknown target 'arm64'; {choices}"):
         phaseconv.lower(ep, target="arm64")
 
 
@@ -64,8 +65,11 @@ def test_the_host_target_is_one_the_rules_know(monkeypatch):
     from phaseconv.targets import host_target, resolve_target
 
     assert resolve_target("host") == host_target() in TARGET_RULES
+    for capability, target in [("AVX2", "x86-fma3"), ("AVX512", "x86-avx512"), ("DEFAULT", "any")]:
+        monkeypatch.setattr("torch.backends.cpu.get_cpu_capability", lambda c=capability: c)
+        assert host_target() == target
     monkeypatch.setattr("platform.machine", lambda: "aarch64")
-    assert host_target() == "any"  # im2col only where XNNPACK's IGEMM was measured slow
+    assert host_target() == "any"  # GEMM forms only where they were measured to pay
 
 
 def test_inspect_names_a_bad_file(tmp_path):

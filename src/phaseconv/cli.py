@@ -31,7 +31,7 @@ state = {"debug": False}
 PREPARE_HELP = "export a module as built, without phaseconv.prepare (weight_norm baked, conv settings static)"
 TARGET_HELP = (
     f"the CPU the program is for ({', '.join(TARGETS)}): x86-fma3 also runs convolutions as GEMMs (winograd, im2col), "
-    "for x86-64 CPUs without AVX-512; host: this one"
+    "for x86-64 CPUs without AVX-512; x86-avx512 wide 3x3 ones (winograd), for those with it; host: this one"
 )
 
 

@@ -84,7 +84,7 @@ def lower(
     target: str = "any",
 ) -> LoweredProgram:
     """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`, tuned for the
-    CPU `target` ("any", "x86-fma3" or "host": phaseconv.targets)."""
+    CPU `target` ("any", "x86-fma3", "x86-avx512" or "host": phaseconv.targets)."""
     require_program(ep)
     require_backend(backend)
     from phaseconv.rules import TARGET_RULES

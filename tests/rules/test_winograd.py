@@ -210,3 +210,30 @@ def test_other_kernels_are_no_candidates():
     for conv in (nn.Conv1d(16, 16, 1), nn.Conv1d(16, 16, 13), nn.Conv2d(16, 16, (3, 13))):
         x = torch.randn(1, 16, 20) if isinstance(conv, nn.Conv1d) else torch.randn(1, 16, 20, 20)
         assert decisions_of("winograd", export(conv, x), WITH_WINOGRAD) == []
+
+
+def test_phaseconv_lower_for_x86_avx512_takes_only_wide_stride_1_2d_kernels():
+    """A 3x3 convolution of 128 channels in and out is taken; a strided one, a narrower one and a
+    1-D one are left to XNNPACK's convolution, each with its reason; the program stays exact."""
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wide = nn.Conv2d(128, 128, 3, padding=1)
+            self.strided = nn.Conv2d(128, 128, 3, 2, 1)
+            self.narrow = nn.Conv2d(128, 64, 3, padding=1)
+            self.one_d = nn.Conv1d(64, 64, 3, padding=1)
+
+        def forward(self, x):
+            y = self.narrow(self.strided(self.wide(x)))
+            return self.one_d(y.flatten(2))
+
+    module, x = Mixed(), torch.randn(1, 128, 12, 12)
+    lowered = phaseconv.lower(export(module, x), target="x86-avx512")
+    winograd = [d for d in lowered.decisions if d.rule == "winograd"]
+    assert [d.applied for d in winograd] == [True, False, False, False], winograd
+    reasons = [d.reason for d in winograd[1:]]
+    assert "stride [2, 2]: this target takes stride-1 2-D kernels only" in reasons[0]
+    assert "128 -> 64 channels" in reasons[1]
+    assert "this target takes stride-1 2-D kernels only" in reasons[2]
+    assert_close(LoadedProgram(lowered.buffer).run((x,))[0], run(export(module, x), x))

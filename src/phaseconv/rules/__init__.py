@@ -54,6 +54,12 @@ TARGET_RULES: dict[str, tuple[Rule, ...]] = {
     "x86-fma3": tuple(
         r for rule in LOWERING_RULES for r in ((*AS_GEMMS, rule) if rule.name == "split_conv" else (rule,))
     ),
+    # ... for AVX-512, where only wide stride-1 3x3 (and 2x2) convolutions paid as Winograd's GEMMs
+    "x86-avx512": tuple(
+        r
+        for rule in LOWERING_RULES
+        for r in ((WinogradRule(min_channels=128, square_only=True), rule) if rule.name == "split_conv" else (rule,))
+    ),
 }
 # What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32,
 # and no split of large float weights (int8 weights are a quarter of the size: measured for fp32).

@@ -86,7 +86,14 @@ class WinogradRule:
     name = "winograd"
     stage = 4  # after lift_1d, before im2col (which would take the convolution as it is)
 
-    def __init__(self, max_taps: int = 11, min_channels: int = 32, min_long_channels: int = 64, min_fold_taps: int = 5):
+    def __init__(
+        self,
+        max_taps: int = 11,
+        min_channels: int = 32,
+        min_long_channels: int = 64,
+        min_fold_taps: int = 5,
+        square_only: bool = False,
+    ):
         self.max_taps = max_taps  # on one axis of a 1-D kernel, in chunks of CHUNK; else CHUNK per axis
         self.min_channels = min_channels  # both in and out: the GEMMs must outweigh the transforms
         # ... for chunks or a grid: 32 channels lost there (`python benchmarks/variants.py --only
@@ -96,6 +103,8 @@ class WinogradRule:
         # (`--only "steps (fold)"`, 32 channels at 25600 steps: k5 9.9 -> 6.8 ms, k7 12.8 -> 8.1, k11
         # 19.4 -> 12.1, k7 d3 13.4 -> 10.9, k11 d5 19.9 -> 12.5; k3 stays F(2, 3): 5.9 ms)
         self.min_fold_taps = min_fold_taps
+        # only stride-1, undilated 2-D kernels of 2-3 taps on both axes (targets.py: x86-avx512)
+        self.square_only = square_only
 
     def matches(self, node: Node) -> bool:
         if node.op != "call_function" or node.target not in CONVOLUTIONS or not isinstance(node.args[1], Node):
@@ -114,6 +123,13 @@ class WinogradRule:
             declined = _dilation_declined(w.shape, value.shape, stride, dilation)
             if declined:
                 return Skip(f"dilation {dilation}: {declined}")
+        if self.square_only and (
+            spatial != 2
+            or any(k == 1 for k in w.shape[2:])
+            or any(s != 1 for s in stride)
+            or any(d != 1 for d in dilation)
+        ):
+            return Skip(f"{list(w.shape[2:])} kernel, stride {stride}: this target takes stride-1 2-D kernels only")
         kernel = phase_taps(w.shape[2:], stride)  # over the input's phases
         if all(k == 1 for k in kernel):
             return Skip(f"stride {stride} as large as the kernel: no two outputs share an input")
