@@ -1,6 +1,7 @@
 """Where a model's time goes inside XNNPACK, and how fast its convolutions run against the machine.
 
     python benchmarks/operators.py [--only mimi] [--threads 1] [--runs 10] [--json results/operators.json]
+    python benchmarks/operators.py --rows --json results/fully_connected_rows.json
 
 Per model (the cases of benchmarks/models.py): phaseconv's program (as `phaseconv.lower` makes it)
 is run with ETDump on, which times every XNNPACK operator (phaseconv.runtimes.etdump). The table
@@ -9,7 +10,10 @@ gives the time per kind of operator; then every convolution's in-model time (1x1
 second, and the same convolution lowered and run alone, so a gap between the two shows what the
 model around it costs (cold weights, layouts) and the alone figure what XNNPACK reaches on this
 machine. Weight bytes over time is the rate a convolution streams its weights at, against the
-machine's memory read rate (a 1 GiB sum on as many threads, measured here).
+machine's memory read rate (a 1 GiB sum on as many threads, measured here). Beside them, ONNX
+Runtime's time per kind of node on the stock export (its profiler), its Conv nodes' multiply-adds per
+second, and the machine's best float32 GEMM (torch.mm). `--rows`: fully connected layers at the few
+rows of one-frame decoding, XNNPACK against ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -34,6 +39,10 @@ GEMM_KINDS = ("Convolution", "Fully Connected")
 CONV_TARGETS = ("aten.conv1d.default", "aten.conv2d.default", "aten.convolution.default")
 
 
+def _transposed(node) -> bool:
+    return str(node.target) == "aten.convolution.default" and bool(node.args[6])
+
+
 def memory_read_rate(threads: int) -> float:
     """GB/s of a sum over 1 GiB of float32 on `threads` threads (median of 5): what streaming cold
     weights can reach with the cores XNNPACK is given."""
@@ -47,6 +56,79 @@ def memory_read_rate(threads: int) -> float:
         data.sum()
         times.append(time.perf_counter() - start)
     return data.numel() * 4 / statistics.median(times) / 1e9
+
+
+def gemm_rate(threads: int) -> float:
+    """GMAC/s of torch.mm on two 2048x2048 float32 matrices on `threads` threads (median of 5): the
+    machine's best float32 GEMM (oneDNN / MKL), a ceiling for a convolution's kernel."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a = torch.randn(2048, 2048)
+    times = []
+    for _ in range(6):
+        start = time.perf_counter()
+        torch.mm(a, a)
+        times.append(time.perf_counter() - start)
+    return 2048**3 / statistics.median(times[1:]) / 1e9
+
+
+def ort_kinds(program, inputs, threads: int, runs: int) -> dict[str, list]:
+    """ONNX Runtime on the ONNX export of `program` (the stock one: the peer of benchmarks/models.py):
+    per kind of node, [ms per call, count], from its profiler (each node's median over `runs` calls
+    after 5 untimed ones, summed by kind)."""
+    import json
+    import tempfile
+
+    import onnxruntime as ort
+
+    from phaseconv.runtimes.onnxruntime import to_onnx
+
+    with tempfile.TemporaryDirectory() as folder:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.enable_profiling, options.profile_file_prefix = True, str(Path(folder) / "ort")
+        session = ort.InferenceSession(to_onnx(program), options, providers=["CPUExecutionProvider"])
+        feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+        for _ in range(runs + 5):
+            session.run(None, feed)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    nodes = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            nodes[(e["args"]["op_name"], e["name"])].append(e["dur"] / 1e3)
+    kinds = defaultdict(lambda: [0.0, 0])
+    for (kind, _), ms in nodes.items():
+        kinds[kind][0] += statistics.median(ms[5:])
+        kinds[kind][1] += 1
+    return dict(kinds)
+
+
+def fully_connected_rows(threads: int, runs: int, rows=(1, 2, 7, 8)) -> list[dict]:
+    """16 fully connected layers, 512 -> 2048 -> 512 alternately (67 MB of float32 weights, as in
+    Mimi's transformer) at a few rows, through XNNPACK and through ONNX Runtime, interleaved: the
+    weights' streaming rate at the row counts of one-frame decoding."""
+    import torch
+
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
+    from phaseconv.runtimes.timing import interleaved_times, median_ms
+
+    torch.manual_seed(0)
+    stack = torch.nn.Sequential(*[torch.nn.Linear(*((512, 2048) if i % 2 == 0 else (2048, 512))) for i in range(16)])
+    weight_bytes = sum(p.numel() * 4 for p in stack.parameters())
+    runners = {}
+    for count in rows:
+        x = torch.randn(count, 512)
+        program = torch.export.export(stack.eval(), (x,))
+        runners[("XNNPACK", count)] = partial(LoadedProgram(to_xnnpack(program).buffer).run, (x,))
+        runners[("ONNX Runtime", count)] = partial(OrtSession(to_onnx(program), threads).run, (x,))
+    times = interleaved_times(runners, runs)
+    return [
+        {"runtime": runtime, "rows": count, "ms": median_ms(t), "weights_gb_s": weight_bytes / median_ms(t) / 1e6}
+        for (runtime, count), t in times.items()
+    ]
 
 
 def gemm_nodes(program) -> list:
@@ -75,16 +157,14 @@ def alone_ms(node, program, runs: int) -> float:
     median time of its Convolution / Fully Connected operator."""
     import torch
 
+    from phaseconv.graph.program import ProgramEditor
     from phaseconv.runtimes.etdump import operator_times
     from phaseconv.runtimes.executorch import to_xnnpack
 
-    editor_constants = {**dict(program.named_parameters()), **dict(program.named_buffers()), **program.constants}
-    specs = {s.arg.name: s.target for s in program.graph_signature.input_specs}
+    editor = ProgramEditor(program)
 
     def value(arg):
-        if isinstance(arg, torch.fx.Node):
-            return editor_constants[specs[arg.name]]
-        return arg
+        return editor.constant_value(arg) if isinstance(arg, torch.fx.Node) else arg
 
     weight, bias = value(node.args[1]), value(node.args[2]) if len(node.args) > 2 else None
     settings = [value(a) for a in node.args[3:]]
@@ -105,10 +185,11 @@ def alone_ms(node, program, runs: int) -> float:
     return times[0]
 
 
-def profile(case, runs: int) -> dict:
+def profile(case, threads: int, runs: int) -> dict:
     import torch
 
     import phaseconv
+    from phaseconv.graph.program import copy_program
     from phaseconv.rewrite import rewrite_with_report
     from phaseconv.rules import TARGET_RULES
     from phaseconv.runtimes.etdump import operator_times
@@ -116,15 +197,19 @@ def profile(case, runs: int) -> dict:
     from phaseconv.targets import host_target
 
     module, inputs = case.build()
-    program, _ = rewrite_with_report(
-        torch.export.export(phaseconv.prepare(module), inputs), TARGET_RULES[host_target()]
-    )
-    times = operator_times(to_xnnpack(program, **PHASECONV_LOWERING).buffer, inputs, runs)
+    stock = torch.export.export(phaseconv.prepare(module), inputs)
+    program, _ = rewrite_with_report(stock, TARGET_RULES[host_target()])
+    # a copy: lowering takes the constants phaseconv made out of the program that keeps them for `alone_ms`
+    times = operator_times(to_xnnpack(copy_program(program), **PHASECONV_LOWERING).buffer, inputs, runs)
     kinds = defaultdict(lambda: [0.0, 0])
     for t in times:
         kinds[t.kind][0] += t.ms
         kinds[t.kind][1] += 1
     row = {"model": case.name, "total_ms": sum(t.ms for t in times), "kinds": dict(kinds), "convolutions": []}
+    # the peer, and the multiply-adds of the model's (not transposed) convolutions, which its Conv nodes run
+    row["ort_kinds"] = ort_kinds(stock, inputs, threads, runs)
+    stock_convs = [n for n in gemm_nodes(stock) if str(n.target) in CONV_TARGETS and not _transposed(n)]
+    row["conv_macs"] = sum(conv_shape(n)["macs"] for n in stock_convs)
     gemm_events = [t for t in times if t.kind.startswith(GEMM_KINDS)]
     nodes = gemm_nodes(program)
     if len(gemm_events) != len(nodes):  # an op fused away or split: no per-conv matching
@@ -141,13 +226,25 @@ def per_ms(amount: float, ms: float, unit: float) -> str:
     return f"{amount / ms / unit * 1e3:.1f}" if ms > 0 else "-"
 
 
-def report(row: dict, read_rate: float) -> None:
-    kinds = Table(title=f"{row['model']}: {row['total_ms']:.1f} ms of XNNPACK operators")
+def kinds_table(title: str, kinds: dict[str, list]) -> Table:
+    """Time per kind of operator, the ten largest."""
+    total = sum(ms for ms, _ in kinds.values())
+    table = Table(title=f"{title}: {total:.1f} ms")
     for column in ("operator", "ms", "share", "count"):
-        kinds.add_column(column, justify="left" if column == "operator" else "right")
-    for kind, (ms, count) in sorted(row["kinds"].items(), key=lambda kv: -kv[1][0])[:10]:
-        kinds.add_row(kind, f"{ms:.2f}", f"{ms / row['total_ms']:.0%}", str(count))
-    console.print(kinds)
+        table.add_column(column, justify="left" if column == "operator" else "right")
+    for kind, (ms, count) in sorted(kinds.items(), key=lambda kv: -kv[1][0])[:10]:
+        table.add_row(kind, f"{ms:.2f}", f"{ms / total:.0%}", str(count))
+    return table
+
+
+def report(row: dict, read_rate: float, gemm: float) -> None:
+    console.print(kinds_table(f"{row['model']}: XNNPACK operators", row["kinds"]))
+    console.print(kinds_table(f"{row['model']}: ONNX Runtime nodes (stock export)", row["ort_kinds"]))
+    ort_conv_ms = row["ort_kinds"].get("Conv", [0.0])[0]
+    console.print(
+        f"{row['conv_macs'] / 1e9:.2f} GMAC in the model's convolutions: ONNX Runtime's Conv nodes at "
+        f"{per_ms(row['conv_macs'], ort_conv_ms, 1e9)} GMAC/s; the machine's float32 GEMM (torch.mm) {gemm:.1f}"
+    )
     if "unmatched" in row:
         console.print(f"convolutions not matched to operators: {row['unmatched']}")
         return
@@ -179,17 +276,29 @@ def main(
     threads: int = typer.Option(1, help="XNNPACK threads"),
     runs: int = typer.Option(10, help="calls timed per program (median per operator)"),
     json_path: Path = typer.Option(Path("results/operators.json"), "--json", help="where to write the results"),
+    rows: bool = typer.Option(False, "--rows", help="fully connected layers at 1, 2, 7, 8 rows, XNNPACK and ORT"),
 ) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(threads)  # before any program is loaded
-    read_rate = memory_read_rate(threads)
+    if rows:
+        measured = fully_connected_rows(threads, max(runs, 20))
+        table = Table(title="16 fully connected layers (67 MB of weights)")
+        for column in ("runtime", "rows", "ms", "weights GB/s"):
+            table.add_column(column, justify="left" if column == "runtime" else "right")
+        for r in measured:
+            table.add_row(r["runtime"], str(r["rows"]), f"{r['ms']:.2f}", f"{r['weights_gb_s']:.1f}")
+        console.print(table)
+        save_results(json_path, measured, threads=threads, runs=max(runs, 20))
+        console.print(f"wrote {json_path}")
+        return
+    read_rate, gemm = memory_read_rate(threads), gemm_rate(threads)
     rows = []
     for case in (c for c in CASES if only.lower() in c.name.lower()):
-        rows.append(profile(case, runs))
-        report(rows[-1], read_rate)
+        rows.append(profile(case, threads, runs))
+        report(rows[-1], read_rate, gemm)
     partial = "model" if only else None  # a partial run updates its rows in the saved results
-    save_results(json_path, rows, partial, threads=threads, runs=runs, memory_read_gb_s=read_rate)
+    save_results(json_path, rows, partial, threads=threads, runs=runs, memory_read_gb_s=read_rate, gemm_gmac_s=gemm)
     console.print(f"wrote {json_path}")
 
 

@@ -7,7 +7,7 @@
   convolutions become GEMMs;
 - "x86-avx512": also `winograd` for stride-1 3x3 (and 2x2) convolutions of 128 channels or more in
   and out, for x86-64 CPUs with AVX-512, where XNNPACK's IGEMM convolution runs at about 92 GMAC/s
-  of an FMA peak of 123 (an Intel Xeon, 1 thread): F(2, 3x3)'s 16 GEMMs of a quarter of the positions
+  (an Intel Xeon, 1 thread; torch.mm 98 there): F(2, 3x3)'s 16 GEMMs of a quarter of the positions
   for 9 paid there (1 thread: the U-Net 26.9 -> 24.6 ms, the StyleGAN2-like network 24.9 -> 22.5);
   at 64 channels, or with strided and 1-D kernels too, they did not;
 - "host": the CPU this runs on, as one of the above (what the benchmarks and `phaseconv bench` use).
