@@ -1,7 +1,7 @@
 """Where a model's time goes inside XNNPACK, and how fast its convolutions run against the machine.
 
     python benchmarks/operators.py [--only mimi] [--threads 1] [--runs 10] [--json results/operators.json]
-    python benchmarks/operators.py --rows --json results/fully_connected_rows.json
+    python benchmarks/operators.py --rows                # writes results/fully_connected_rows.json
 
 Per model (the cases of benchmarks/models.py): phaseconv's program (as `phaseconv.lower` makes it)
 is run with ETDump on, which times every XNNPACK operator (phaseconv.runtimes.etdump). The table
@@ -240,9 +240,9 @@ def kinds_table(title: str, kinds: dict[str, list]) -> Table:
 def report(row: dict, read_rate: float, gemm: float) -> None:
     console.print(kinds_table(f"{row['model']}: XNNPACK operators", row["kinds"]))
     console.print(kinds_table(f"{row['model']}: ONNX Runtime nodes (stock export)", row["ort_kinds"]))
-    ort_conv_ms = row["ort_kinds"].get("Conv", [0.0])[0]
+    ort_conv_ms = sum(row["ort_kinds"].get(kind, [0.0])[0] for kind in ("Conv", "FusedConv"))
     console.print(
-        f"{row['conv_macs'] / 1e9:.2f} GMAC in the model's convolutions: ONNX Runtime's Conv nodes at "
+        f"{row['conv_macs'] / 1e9:.2f} GMAC in the model's convolutions: ONNX Runtime's Conv / FusedConv nodes at "
         f"{per_ms(row['conv_macs'], ort_conv_ms, 1e9)} GMAC/s; the machine's float32 GEMM (torch.mm) {gemm:.1f}"
     )
     if "unmatched" in row:
@@ -275,13 +275,16 @@ def main(
     only: str = typer.Option("", help="only models whose name contains this"),
     threads: int = typer.Option(1, help="XNNPACK threads"),
     runs: int = typer.Option(10, help="calls timed per program (median per operator)"),
-    json_path: Path = typer.Option(Path("results/operators.json"), "--json", help="where to write the results"),
+    json_path: Path = typer.Option(
+        None, "--json", help="where to write the results (results/operators.json; --rows: fully_connected_rows.json)"
+    ),
     rows: bool = typer.Option(False, "--rows", help="fully connected layers at 1, 2, 7, 8 rows, XNNPACK and ORT"),
 ) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(threads)  # before any program is loaded
     if rows:
+        json_path = json_path or Path("results/fully_connected_rows.json")
         measured = fully_connected_rows(threads, max(runs, 20))
         table = Table(title="16 fully connected layers (67 MB of weights)")
         for column in ("runtime", "rows", "ms", "weights GB/s"):
@@ -292,6 +295,7 @@ def main(
         save_results(json_path, measured, threads=threads, runs=max(runs, 20))
         console.print(f"wrote {json_path}")
         return
+    json_path = json_path or Path("results/operators.json")
     read_rate, gemm = memory_read_rate(threads), gemm_rate(threads)
     rows = []
     for case in (c for c in CASES if only.lower() in c.name.lower()):
