@@ -82,12 +82,10 @@ def ort_kinds(program, inputs, threads: int, runs: int) -> dict[str, list]:
 
     import onnxruntime as ort
 
-    from phaseconv.runtimes.onnxruntime import to_onnx
+    from phaseconv.runtimes.onnxruntime import session_options, to_onnx
 
     with tempfile.TemporaryDirectory() as folder:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options = session_options(threads)  # as the peer in benchmarks/models.py runs, plus its profiler
         options.enable_profiling, options.profile_file_prefix = True, str(Path(folder) / "ort")
         session = ort.InferenceSession(to_onnx(program), options, providers=["CPUExecutionProvider"])
         feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
@@ -124,10 +122,10 @@ def fully_connected_rows(threads: int, runs: int, rows=(1, 2, 7, 8)) -> list[dic
         program = torch.export.export(stack.eval(), (x,))
         runners[("XNNPACK", count)] = partial(LoadedProgram(to_xnnpack(program).buffer).run, (x,))
         runners[("ONNX Runtime", count)] = partial(OrtSession(to_onnx(program), threads).run, (x,))
-    times = interleaved_times(runners, runs)
+    medians = {key: median_ms(t) for key, t in interleaved_times(runners, runs).items()}
     return [
-        {"runtime": runtime, "rows": count, "ms": median_ms(t), "weights_gb_s": weight_bytes / median_ms(t) / 1e6}
-        for (runtime, count), t in times.items()
+        {"runtime": runtime, "rows": count, "ms": ms, "weights_gb_s": weight_bytes / ms / 1e6}
+        for (runtime, count), ms in medians.items()
     ]
 
 

@@ -39,18 +39,25 @@ def to_onnx(ep: ExportedProgram) -> bytes:
     return program.model_proto.SerializeToString()
 
 
+def session_options(threads: int):
+    """How phaseconv runs ONNX Runtime: all graph optimizations (ORT_ENABLE_ALL), `threads` intra-op
+    threads, one inter-op, errors only; otherwise as ORT sets it up: its idle threads spin about 30 ms
+    after a run before they park (runtimes/timing.py lets them stop before the next runner is timed)."""
+    ort = _require("onnxruntime")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only
+    return options
+
+
 class OrtSession:
-    """An ONNX model loaded by ONNX Runtime (CPU provider, ORT_ENABLE_ALL) with `threads` threads,
-    otherwise as ORT sets it up: its idle threads spin about 30 ms after a run before they park
-    (runtimes/timing.py lets them stop before the next runner is timed)."""
+    """An ONNX model loaded by ONNX Runtime's CPU provider with `threads` threads (session_options)."""
 
     def __init__(self, model: bytes, threads: int = 1):
         ort = _require("onnxruntime")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3  # errors only
+        options = session_options(threads)
         self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self._names = [i.name for i in self._session.get_inputs()]
 
