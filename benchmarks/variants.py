@@ -18,6 +18,7 @@
   for x86-fma3 (Winograd and im2col) or for any CPU.
 - winograd: the models' 1-D convolutions (2-11 taps, dilated too) as F(2, r) or as im2col, and the decoders
   lowered for x86-fma3 with and without it.
+- x86-avx512: the 2-D generators lowered for x86-avx512 (Winograd for wide stride-1 3x3 kernels) or for any.
 - fold: the 32-channel convolutions folded in time before F(2, r), or left to XNNPACK's IGEMM, and the
   HiFi-GANs lowered for x86-fma3 with and without the fold.
 - shape_chains: the decoders and MI-GAN as phaseconv.lower lowers them (view chains moved on the
@@ -217,7 +218,7 @@ def main(
         "lift_1d (phaseconv.lower)",
         "1-D convs left 3-D",
     )
-    from phaseconv.models import image, stylegan
+    from phaseconv.models import image, stylegan, unet
 
     crop_after = tuple(
         ConvTransposeRule(crop_by_phase=False) if rule.name == "conv_transpose" else rule for rule in LOWERING_RULES
@@ -265,6 +266,20 @@ def main(
             im2col_only = (tuple(r for r in host if r.name != "winograd"), PHASECONV_LOWERING)
             variants = {"for x86-fma3": (host, PHASECONV_LOWERING), "im2col only": im2col_only}
             cases.append((f"{label} (winograd)", phaseconv.prepare(module), inputs, variants))
+    avx512 = (TARGET_RULES["x86-avx512"], PHASECONV_LOWERING)
+    for label, build in (
+        ("MI-GAN-like 128x128", image.migan_generator),
+        ("StyleGAN2-like", stylegan.stylegan2_generator),
+        ("U-Net 128x128", unet.unet),
+    ):
+        if only.lower() in f"{label} (x86-avx512)".lower():
+            module, inputs = build()
+            with torch.no_grad():  # folded, as stock ExecuTorch lowers the StyleGAN2-like network only so
+                folded = phaseconv.rewrite(
+                    torch.export.export(phaseconv.prepare(module).eval(), inputs), ["fold_constants"]
+                )
+            variants = {"for x86-avx512": avx512, "for any": as_lowered}
+            cases.append((f"{label} (x86-avx512)", folded, inputs, variants))
     for label in ("HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames"):
         if only.lower() in f"{label} (fold)".lower():
             module, inputs = decoders[label]()
