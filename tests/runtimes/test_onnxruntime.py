@@ -46,6 +46,26 @@ def test_export_onnx_runs_in_onnx_runtime_like_eager(build, rewritten, tmp_path)
     assert_close(out, expected, scale=float(expected.abs().max()))
 
 
+def test_export_onnx_drops_the_taps_that_read_only_padding():
+    """One frame into a causal k7 convolution: 5 of its 7 taps read only the pad; ORT runs the other 2."""
+
+    class CausalConv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(8, 16, 7)
+
+        def forward(self, x):
+            return self.conv(nn.functional.pad(x, (6, 0)))
+
+    module, x = CausalConv().eval(), torch.randn(1, 8, 2)
+    model, decisions = phaseconv.export_onnx(export(module, x))
+    assert any(d.rule == "padded_taps" and d.applied for d in decisions), decisions
+    (weight,) = [t for t in onnx.load_from_string(model).graph.initializer if len(t.dims) == 3]
+    assert list(weight.dims) == [16, 8, 2]
+    with torch.no_grad():
+        assert_close(OrtSession(model).run((x,))[0], module(x))
+
+
 def test_export_onnx_without_rules_is_the_stock_export():
     module = nn.ConvTranspose1d(4, 4, 4, 2, 1)
     model, decisions = phaseconv.export_onnx(export(module, torch.randn(1, 4, 5)), rules=[])
