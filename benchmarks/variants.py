@@ -220,6 +220,14 @@ def main(
     )
     from phaseconv.models import image, stylegan, unet
 
+    def folded(build) -> tuple:
+        """The generator's program with its constants folded, and its inputs: stock ExecuTorch lowers
+        the StyleGAN2-like network only so (as in models.py)."""
+        module, inputs = build()
+        with torch.no_grad():
+            program = torch.export.export(phaseconv.prepare(module).eval(), inputs)
+            return phaseconv.rewrite(program, ["fold_constants"]), inputs
+
     crop_after = tuple(
         ConvTransposeRule(crop_by_phase=False) if rule.name == "conv_transpose" else rule for rule in LOWERING_RULES
     )
@@ -227,16 +235,12 @@ def main(
         ("MI-GAN-like 128x128", image.migan_generator),
         ("StyleGAN2-like", stylegan.stylegan2_generator),
     ):
-        if only.lower() not in f"{label} (crop_by_phase)".lower():
-            continue
-        module, inputs = build()
-        # Stock ExecuTorch lowers the StyleGAN2-like network only with its constants folded (as in models.py).
-        with torch.no_grad():
-            folded = phaseconv.rewrite(
-                torch.export.export(phaseconv.prepare(module).eval(), inputs), ["fold_constants"]
-            )
-        variants = {"crop by phase (phaseconv.lower)": as_lowered, "crop after interleave": (crop_after, as_lowered[1])}
-        cases.append((f"{label} (crop_by_phase)", folded, inputs, variants))
+        if only.lower() in f"{label} (crop_by_phase)".lower():
+            variants = {
+                "crop by phase (phaseconv.lower)": as_lowered,
+                "crop after interleave": (crop_after, PHASECONV_LOWERING),
+            }
+            cases.append((f"{label} (crop_by_phase)", *folded(build), variants))
     forced = [SplitConvRule(min_weight_bytes=0, min_taps=1, min_positions=1, spatial_dims=(1, 2))]
     every_im2col = [Im2colRule(min_in_channels=1, max_taps=math.inf, max_window_bytes=math.inf)]
     host = TARGET_RULES["x86-fma3"]
@@ -273,13 +277,8 @@ def main(
         ("U-Net 128x128", unet.unet),
     ):
         if only.lower() in f"{label} (x86-avx512)".lower():
-            module, inputs = build()
-            with torch.no_grad():  # folded, as stock ExecuTorch lowers the StyleGAN2-like network only so
-                folded = phaseconv.rewrite(
-                    torch.export.export(phaseconv.prepare(module).eval(), inputs), ["fold_constants"]
-                )
             variants = {"for x86-avx512": avx512, "for any": as_lowered}
-            cases.append((f"{label} (x86-avx512)", folded, inputs, variants))
+            cases.append((f"{label} (x86-avx512)", *folded(build), variants))
     for label in ("HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames"):
         if only.lower() in f"{label} (fold)".lower():
             module, inputs = decoders[label]()
