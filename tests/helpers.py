@@ -121,3 +121,15 @@ TINY_DAC = dict(
     n_codebooks=2,
     codebook_dim=4,
 )
+
+
+class PaddedConv(torch.nn.Module):
+    """F.pad(x, pad) then Conv1d: a causal (or any) zero-padded convolution, as SEANet's."""
+
+    def __init__(self, taps=7, pad=(6, 0), stride=1, dilation=1, padding=0, channels=(8, 16)):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(*channels, taps, stride=stride, dilation=dilation, padding=padding)
+        self.pad = pad
+
+    def forward(self, x):
+        return self.conv(torch.nn.functional.pad(x, self.pad))

@@ -9,21 +9,9 @@ from torch import nn
 
 import phaseconv
 from phaseconv.rules.padded_taps import PaddedTapsRule
-from tests.helpers import assert_one_partition_matching, decisions_of, export
+from tests.helpers import PaddedConv, assert_one_partition_matching, decisions_of, export
 
 RULES = [PaddedTapsRule()]
-
-
-class PaddedConv(nn.Module):
-    """F.pad(x, pad) then Conv1d: a causal (or any) zero-padded convolution, as SEANet's."""
-
-    def __init__(self, taps=7, pad=(6, 0), stride=1, dilation=1, padding=0, channels=(8, 16)):
-        super().__init__()
-        self.conv = nn.Conv1d(*channels, taps, stride=stride, dilation=dilation, padding=padding)
-        self.pad = pad
-
-    def forward(self, x):
-        return self.conv(F.pad(x, self.pad))
 
 
 def _kernels(ep) -> list[int]:

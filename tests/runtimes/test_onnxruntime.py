@@ -7,7 +7,7 @@ from torch import nn
 import phaseconv
 from phaseconv.models.audio import seanet_decoder
 from phaseconv.models.unet import unet
-from tests.helpers import assert_close, export
+from tests.helpers import PaddedConv, assert_close, export
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -48,16 +48,7 @@ def test_export_onnx_runs_in_onnx_runtime_like_eager(build, rewritten, tmp_path)
 
 def test_export_onnx_drops_the_taps_that_read_only_padding():
     """One frame into a causal k7 convolution: 5 of its 7 taps read only the pad; ORT runs the other 2."""
-
-    class CausalConv(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = nn.Conv1d(8, 16, 7)
-
-        def forward(self, x):
-            return self.conv(nn.functional.pad(x, (6, 0)))
-
-    module, x = CausalConv().eval(), torch.randn(1, 8, 2)
+    module, x = PaddedConv().eval(), torch.randn(1, 8, 2)
     model, decisions = phaseconv.export_onnx(export(module, x))
     assert any(d.rule == "padded_taps" and d.applied for d in decisions), decisions
     (weight,) = [t for t in onnx.load_from_string(model).graph.initializer if len(t.dims) == 3]
