@@ -48,7 +48,7 @@ def measure(case, runs: int, threads: int) -> dict:
     _, decisions = rewrite_with_report(ep)
     applied = Counter(d.rule for d in decisions if d.applied)
     variants = {"stock export": ep, "export_onnx rules": phaseconv.rewrite(ep, ONNX_RULES)}
-    if threads == 1:  # the rules one by one; at 2 threads, seven sessions' thread pools slowed one another
+    if threads == 1:  # the rules one by one (see above for 2 threads)
         variants["all rules"] = phaseconv.rewrite(ep)
         variants |= {f"{rule} alone": phaseconv.rewrite(ep, [rule]) for rule in applied}
     sessions = {name: OrtSession(to_onnx(program), threads) for name, program in variants.items()}

@@ -21,9 +21,10 @@ from phaseconv.rules.conv_transpose import ConvTransposeRule
 # pay (Mimi 1.11x, EnCodec 1.07x), 2-D ones do not (MI-GAN 0.75x, StyleGAN2 0.84x, U-Net 0.90x: ORT's
 # ConvTranspose beats conv + depth-to-space there); ELU and reflect padding pay on EnCodec (1.05x,
 # 1.04x); views, constants and folding are neutral to slightly faster. ORT's own LayerNormalization,
-# attention and LSTM are left to it (the rules gain nothing there). Dropping the taps that read only
-# zero padding (padded_taps, which fires on short inputs only) made Mimi's decoder on one frame 1.09x
-# faster alone (an AMD Zen 5, `onnx_rules.py --only "1 frame"`).
+# attention and LSTM are left to it (the rules gain nothing there). The taps that read only zero
+# padding are dropped too (padded_taps, which fires on short inputs only): less work on any runtime,
+# though on Mimi's decoder on one frame ORT's run-to-run spread hid it (an AMD Zen 5, `onnx_rules.py
+# --only "1 frame"`: alone 1.09x in one run, 0.93x in another where every rule alone gave 0.88-0.98x).
 ONNX_RULES = (
     RULES_BY_NAME["fold_constants"],
     ConvTransposeRule(spatial_dims=(1,)),
