@@ -25,6 +25,9 @@ from phaseconv.rules.conv_transpose import ConvTransposeRule
 # padding are dropped too (padded_taps, which fires on short inputs only): less work on any runtime,
 # though on Mimi's decoder on one frame ORT's run-to-run spread hid it (an AMD Zen 5, `onnx_rules.py
 # --only "1 frame"`: alone 1.09x in one run, 0.93x in another where every rule alone gave 0.88-0.98x).
+# A convolution of at most 4 outputs is a MatMul with its weight (short_conv, ONNX only: ORT's Conv
+# takes as long for 2 outputs as for 16): Mimi's decoder on one frame, alone 1.10x, export_onnx 1.28x
+# at 1 thread and 1.15x at 2 (the same machine, results/onnx_rules.json).
 ONNX_RULES = (
     RULES_BY_NAME["fold_constants"],
     ConvTransposeRule(spatial_dims=(1,)),
@@ -33,6 +36,7 @@ ONNX_RULES = (
     RULES_BY_NAME["views"],
     RULES_BY_NAME["constant_operands"],
     RULES_BY_NAME["padded_taps"],
+    RULES_BY_NAME["short_conv"],
 )
 
 

@@ -15,6 +15,7 @@ from phaseconv.rules.nearest_upsample import NearestUpsampleRule
 from phaseconv.rules.padded_taps import PaddedTapsRule
 from phaseconv.rules.reflect_pad import ReflectPadRule
 from phaseconv.rules.rotate_half import RotateHalfRule
+from phaseconv.rules.short_conv import ShortConvRule
 from phaseconv.rules.slice_of_cat import SliceOfCatRule
 from phaseconv.rules.slice_scatter import SliceScatterRule
 from phaseconv.rules.split_conv import SplitConvRule
@@ -40,7 +41,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Lift1dRule(),
     SplitConvRule(),
 )
-RULES_BY_NAME = {rule.name: rule for rule in (*DEFAULT_RULES, WinogradRule(), Im2colRule())}
+RULES_BY_NAME = {rule.name: rule for rule in (*DEFAULT_RULES, WinogradRule(), Im2colRule(), ShortConvRule())}
 # What phaseconv.lower rewrites with: its lowering delegates fp32 ELU to XNNPACK's own (EluConfig) and
 # moves view chains on the channels-last buffer, so the ops after an interleave can stay lifted.
 LOWERING_RULES: tuple[Rule, ...] = tuple(
