@@ -1,6 +1,7 @@
 """Which phaseconv rules make ONNX Runtime faster: each rule alone, and all, per model.
 
     python benchmarks/onnx_rules.py [--runs 10] [--only mimi] [--threads 2] [--json results/onnx_rules.json]
+    python benchmarks/onnx_rules.py --outputs [--threads 2]   # short_conv's limit: results/short_conv_outputs_1t.json
 
 Per model: export phaseconv.prepare(model); export that program to ONNX as it is (stock) and after
 phaseconv.rewrite with every rule, and with each rule that applies to it alone; run all of them in
@@ -45,8 +46,9 @@ def measure(case, runs: int, threads: int) -> dict:
     with torch.no_grad():
         expected = module(*inputs)
         ep = torch.export.export(module, inputs)
-    _, decisions = rewrite_with_report(ep)
-    applied = Counter(d.rule for d in decisions if d.applied)
+    applied = Counter()  # the rules that apply: the default ones and export_onnx's own (short_conv)
+    for rules in (None, ONNX_RULES):
+        applied |= Counter(d.rule for d in rewrite_with_report(ep, rules)[1] if d.applied)
     variants = {"stock export": ep, "export_onnx rules": phaseconv.rewrite(ep, ONNX_RULES)}
     if threads == 1:  # the rules one by one (see above for 2 threads)
         variants["all rules"] = phaseconv.rewrite(ep)
@@ -59,6 +61,37 @@ def measure(case, runs: int, threads: int) -> dict:
     row = {"model": name, "ms": ms, "max_abs_error": errors, "applied": dict(applied)}
     console.print(name, {n: round(v, 2) for n, v in ms.items()})
     return row
+
+
+def short_conv_outputs(runs: int, threads: int, counts=(1, 2, 4, 8, 16)) -> list[dict]:
+    """One Conv1d(1024, 4096, 2) (Mimi's first transposed convolution as a polyphase one: 33.5 MB of
+    weights) at a few outputs, on ONNX Runtime as exported and as `short_conv` writes it (a MatMul
+    with the weight), interleaved: where the rule's limit of outputs comes from."""
+    import torch
+
+    import phaseconv
+    from phaseconv.rules.short_conv import ShortConvRule
+    from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
+    from phaseconv.runtimes.timing import interleaved_times, median_ms
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(1024, 4096, 2).eval()
+    runners, errors = {}, {}
+    for count in counts:
+        x = torch.randn(1, 1024, count + 1)
+        ep = torch.export.export(conv, (x,))
+        forms = {"Conv": ep, "MatMul": phaseconv.rewrite(ep, [ShortConvRule(max_outputs=max(counts))])}
+        for form, program in forms.items():
+            session = OrtSession(to_onnx(program), threads)
+            with torch.no_grad():
+                errors[(form, count)] = float((session.run((x,))[0] - conv(x)).abs().max())
+            runners[(form, count)] = partial(session.run, (x,))
+    medians = {key: median_ms(t) for key, t in interleaved_times(runners, runs).items()}
+    rows = [{"outputs": n, "conv_ms": medians[("Conv", n)], "matmul_ms": medians[("MatMul", n)]} for n in counts]
+    for row in rows:
+        row["max_abs_error"] = errors[("MatMul", row["outputs"])]
+        console.print(f"{row['outputs']} outputs: Conv {row['conv_ms']:.2f} ms, MatMul {row['matmul_ms']:.2f} ms")
+    return rows
 
 
 def table(rows: list[dict]) -> Table:
@@ -77,11 +110,18 @@ def main(
     runs: int = typer.Option(10, help="timed rounds per model (median reported)"),
     only: str = typer.Option("", help="run only models whose name contains this"),
     threads: int = typer.Option(1, help="ONNX Runtime's threads"),
-    json_path: Path = typer.Option(Path("results/onnx_rules.json"), "--json", help="where to write the results"),
+    json_path: Path = typer.Option(None, "--json", help="where to write the results (results/onnx_rules.json)"),
+    outputs: bool = typer.Option(False, "--outputs", help="short_conv's limit: one convolution at 1-16 outputs"),
 ) -> None:
     import torch
 
     torch.set_num_threads(1)  # eager runs once, for the reference outputs
+    if outputs:
+        json_path = json_path or Path(f"results/short_conv_outputs_{threads}t.json")
+        save_results(json_path, short_conv_outputs(runs, threads), runs=runs, threads=threads)
+        console.print(f"wrote {json_path}")
+        return
+    json_path = json_path or Path("results/onnx_rules.json")
     rows = [measure(case, runs, threads) for case in CASES if only.lower() in case.name.lower()]
     console.print(table(rows))
     partial_run = "model" if only or threads != 1 else None  # keeps the saved rows it did not measure
