@@ -133,3 +133,20 @@ class PaddedConv(torch.nn.Module):
 
     def forward(self, x):
         return self.conv(torch.nn.functional.pad(x, self.pad))
+
+
+class CausalStep(torch.nn.Module):
+    """A streaming step: a k3 convolution over the last 2 inputs of the call before (kept in a
+    buffer) and this call's, scaled by the number of calls (a second buffer)."""
+
+    def __init__(self, channels=(4, 6)):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(*channels, 3)
+        self.register_buffer("previous", torch.zeros(1, channels[0], 2))
+        self.register_buffer("count", torch.zeros(1))
+
+    def forward(self, x):
+        full = torch.cat([self.previous, x], -1)
+        self.previous.copy_(full[..., -2:])
+        self.count.add_(1)
+        return self.conv(full) * self.count

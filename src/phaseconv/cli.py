@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import sys
 from pathlib import Path
@@ -269,17 +270,34 @@ def onnx(
     source = _load(model, not no_prepare)
     with _known_failures(model, source.prepared):
         model_bytes, decisions = export_onnx(source.program, output, chosen)
-    with torch.no_grad():
-        reference = source.program.module()(*source.inputs)
-    reference = reference[0] if isinstance(reference, (tuple, list)) else reference
-    error = float((OrtSession(model_bytes).run(source.inputs)[0] - reference).abs().max())
+    session, reference = OrtSession(model_bytes), copy.deepcopy(source.program.module())  # it shares the buffers
+    state_names = session.state_names
+    calls = 3 if state_names else 1  # a stateful model: the state each call returns fed to the next
+    error, state = 0.0, ()
+    for _ in range(calls):
+        with torch.no_grad():
+            expected = reference(*source.inputs)  # the eager module keeps its own state
+        expected = expected[0] if isinstance(expected, (tuple, list)) else expected
+        outputs = session.run(source.inputs, state)
+        state = tuple(outputs[len(outputs) - len(state_names) :])
+        error = max(error, float((outputs[0] - expected).abs().max()))
     _say_prepared(model, source)
     if as_json:
-        _print_json({"file": str(output), "decisions": [d.to_dict() for d in decisions], "max_abs_error": error})
+        summary = {"file": str(output), "decisions": [d.to_dict() for d in decisions], "max_abs_error": error}
+        _print_json(summary | {"state": state_names, "calls_checked": calls})
         return
     if decisions:
         show_decisions(decisions)
-    console.print(f"ONNX Runtime against eager PyTorch on the example inputs: max |diff| {error:.2e}", highlight=False)
+    checked = f" over {calls} calls, the state fed back" if state_names else ""
+    console.print(
+        f"ONNX Runtime against eager PyTorch on the example inputs{checked}: max |diff| {error:.2e}", highlight=False
+    )
+    if state_names:
+        console.print(
+            f"state: {len(state_names)} tensors, inputs state.<buffer> (initial values by default), "
+            "outputs state.<buffer>.next after the model's own",
+            highlight=False,
+        )
     console.print(f"wrote {output} ({output.stat().st_size:,} bytes)")
 
 

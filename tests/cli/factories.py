@@ -57,3 +57,10 @@ def small_lstm():
             return self.lstm(x)[0]
 
     return OutputSequence(), (torch.randn(8, 1, 32),)
+
+
+def causal_step():
+    from tests.helpers import CausalStep
+
+    torch.manual_seed(0)
+    return CausalStep().eval(), (torch.randn(1, 4, 5),)

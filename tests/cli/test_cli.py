@@ -187,6 +187,16 @@ def test_onnx_writes_a_model_that_onnx_runtime_runs_like_eager(tmp_path):
     assert (tmp_path / "decoder.onnx").stat().st_size > 0
 
 
+def test_onnx_gives_a_stateful_step_its_state_as_inputs_and_outputs(tmp_path):
+    """Checked over 3 calls, each fed the state the one before returned."""
+    pytest.importorskip("onnxruntime")
+    result = phaseconv("onnx", "tests.cli.factories:causal_step", "-o", tmp_path / "step.onnx", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["state"] == ["state.previous", "state.count"] and report["calls_checked"] == 3
+    assert report["max_abs_error"] < 1e-5
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [

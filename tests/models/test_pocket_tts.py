@@ -49,6 +49,27 @@ def test_streamed_step_equals_pocket_tts_streaming_decode(config):
     assert torch.equal(stream_runtime(lowered.buffer, latents), audio)
 
 
+def test_export_onnx_step_streams_like_pocket_tts_through_onnx_runtime():
+    """The ONNX step keeps its state as inputs and outputs: each call fed what the one before
+    returned, past the transformer's context window, the audio is pocket-tts's own."""
+    pytest.importorskip("onnxruntime")
+    from phaseconv.runtimes.onnxruntime import OrtSession
+
+    mimi = build_mimi(SMALL)
+    step = MimiStep(mimi)
+    with torch.no_grad():
+        ep = torch.export.export(step, (torch.zeros(1, 1, step.latent_dim),))
+    session = OrtSession(phaseconv.export_onnx(ep)[0])
+    assert session.state_names  # its caches, as inputs and outputs
+    latents = torch.randn(1, FRAMES, step.latent_dim, generator=torch.Generator().manual_seed(3))
+    frames, state = [], ()
+    for i in range(FRAMES):
+        frame, *state = session.run((latents[:, i : i + 1],), tuple(state))
+        frames.append(frame)
+    expected = torch.cat(list(stream_eager(copy.deepcopy(mimi), latents)), dim=-1)
+    assert peak_scaled_pcm_error(torch.cat(frames, dim=-1), expected) < 1.0
+
+
 def test_step_module_equals_pocket_tts_in_eager_for_every_frame():
     mimi = build_mimi(SMALL)
     step = MimiStep(mimi)

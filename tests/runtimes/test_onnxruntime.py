@@ -1,13 +1,16 @@
 """phaseconv.export_onnx: the rewritten program through ONNX Runtime, against eager."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
 
 import phaseconv
+from phaseconv.errors import PhaseconvError
 from phaseconv.models.audio import seanet_decoder
 from phaseconv.models.unet import unet
-from tests.helpers import PaddedConv, assert_close, export
+from tests.helpers import CausalStep, PaddedConv, assert_close, export
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -57,6 +60,31 @@ def test_export_onnx_runs_one_frame_of_a_causal_convolution_as_one_matmul_of_its
     assert sorted(weight.dims) == [16, 16]
     with torch.no_grad():
         assert_close(OrtSession(model).run((x,))[0], module(x))
+
+
+def test_a_stateful_step_exports_its_state_as_inputs_and_outputs():
+    """torch.onnx alone drops buffer writes; here each call is fed the state the one before returned
+    and matches eager over several calls; a call without state starts from the initial one."""
+    x = torch.randn(1, 4, 5)
+    ep = export(CausalStep(), x)
+    model, _ = phaseconv.export_onnx(ep)
+    session = OrtSession(model)
+    assert session.state_names == ["state.previous", "state.count"]
+    reference, state = copy.deepcopy(ep.module()), ()  # ep.module() shares the program's buffers
+    with torch.no_grad():
+        assert_close(session.run((x,))[0], copy.deepcopy(ep.module())(x))
+        for call in range(4):
+            x = torch.randn(1, 4, 5)
+            out, *state = session.run((x,), tuple(state))
+            assert_close(out, reference(x))
+            assert float(state[1]) == call + 1
+
+
+def test_a_stateful_step_of_dynamic_length_is_refused():
+    steps = torch.export.Dim("steps", min=2, max=16)
+    ep = export(CausalStep(), torch.randn(1, 4, 5), dynamic_shapes=({2: steps},))
+    with pytest.raises(PhaseconvError, match="keeps state and has dynamic sizes"):
+        phaseconv.export_onnx(ep)
 
 
 def test_export_onnx_without_rules_is_the_stock_export():

@@ -32,11 +32,40 @@ def require_onnx() -> None:
 
 
 def to_onnx(ep: ExportedProgram) -> bytes:
-    """The ONNX model (serialized ModelProto) of `ep`, by torch.onnx's exporter (dynamo=True)."""
+    """The ONNX model (serialized ModelProto) of `ep`, by torch.onnx's exporter (dynamo=True).
+
+    A program that keeps state (writes buffers: a streaming step) gets it as inputs
+    `state.<buffer>`, after its own, whose initial values are their defaults (a first call may leave
+    them out), and as outputs `state.<buffer>.next` after its own, to feed the next call
+    (graph/state.py): torch.onnx's exporter alone would drop the writes."""
+    from phaseconv.graph.state import explicit_state
+
     _require("onnxscript")
+    program, state = explicit_state(ep)
     with contextlib.redirect_stdout(io.StringIO()):  # the exporter prints its progress
-        program = torch.onnx.export(ep, dynamo=True, verbose=False)
-    return program.model_proto.SerializeToString()
+        model = torch.onnx.export(program, dynamo=True, verbose=False).model_proto
+    if state is not None:
+        _name_state(model, state)
+    return model.SerializeToString()
+
+
+def _name_state(model, state) -> None:
+    """The exported inputs and outputs of `explicit_state` named as to_onnx says; the initial
+    state added as the state inputs' default values."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    own, kept = len(state.inputs), len(graph.output) - len(state.names)
+    names = {v.name: name for v, name in zip(graph.input, state.inputs)}
+    names |= {v.name: f"state.{name}" for v, name in zip(graph.input[own:], state.names)}
+    names |= {v.name: f"state.{name}.next" for v, name in zip(graph.output[kept:], state.names)}
+    for node in graph.node:
+        node.input[:] = [names.get(n, n) for n in node.input]
+        node.output[:] = [names.get(n, n) for n in node.output]
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        value.name = names.get(value.name, value.name)
+    for name, value in zip(state.names, state.initial):
+        graph.initializer.append(numpy_helper.from_array(value.numpy(), f"state.{name}"))
 
 
 def session_options(threads: int):
@@ -60,9 +89,21 @@ class OrtSession:
         options = session_options(threads)
         self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self._names = [i.name for i in self._session.get_inputs()]
+        overridable = {i.name for i in self._session.get_overridable_initializers()}
+        # a stateful model's state inputs (to_onnx), in the order of its state outputs
+        outputs = [o.name for o in self._session.get_outputs()]
+        self.state_names = [
+            o[: -len(".next")] for o in outputs if o.endswith(".next") and o[: -len(".next")] in overridable
+        ]
 
-    def run(self, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+    def run(self, inputs: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = ()) -> list[torch.Tensor]:
+        """The outputs for `inputs`; a stateful model's run from `state` (the `.next` outputs of the
+        call before, which come last), or from its initial state when `state` is empty."""
         if len(inputs) != len(self._names):
             raise PhaseconvError(f"the ONNX model takes {len(self._names)} inputs, got {len(inputs)}")
-        feed = {name: tensor.detach().numpy() for name, tensor in zip(self._names, inputs)}
+        if state and len(state) != len(self.state_names):
+            raise PhaseconvError(f"the ONNX model keeps {len(self.state_names)} state tensors, got {len(state)}")
+        feed = {
+            name: tensor.detach().numpy() for name, tensor in zip([*self._names, *self.state_names], [*inputs, *state])
+        }
         return [torch.from_numpy(output) for output in self._session.run(None, feed)]

@@ -1,0 +1,70 @@
+"""A program's state (the buffers it writes: a streaming step's caches) made inputs and outputs.
+
+ExecuTorch keeps a mutated buffer between calls; ONNX has no state, and torch.onnx's exporter
+drops the writes, so every call would run from the initial state. `explicit_state` re-exports
+
+    forward(*inputs) -> outputs          (writing buffers b_1 .. b_n)
+as  forward(*inputs, b_1, .., b_n) -> (*outputs, b_1', .., b_n')
+
+which a runtime calls with the state the previous call returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.export import ExportedProgram
+from torch.export.graph_signature import OutputKind
+
+from phaseconv.errors import PhaseconvError
+
+
+@dataclass(frozen=True)
+class State:
+    names: tuple[str, ...]  # the buffers, in the order of the extra inputs and outputs
+    initial: tuple[torch.Tensor, ...]  # their values before the first call
+    inputs: tuple[str, ...]  # the program's own inputs, which come first
+
+
+class _StateAsArguments(nn.Module):
+    """The unlifted program with its buffers set from the trailing arguments and returned after."""
+
+    def __init__(self, module: nn.Module, names: tuple[str, ...], count: int):
+        super().__init__()
+        self.module, self.names, self.count = module, names, count
+
+    def forward(self, *args):
+        for name, value in zip(self.names, args[self.count :]):
+            self.module.get_buffer(name).copy_(value)
+        out = self.module(*args[: self.count])
+        outputs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        return (*outputs, *[self.module.get_buffer(name).clone() for name in self.names])
+
+
+def written_buffers(program: ExportedProgram) -> tuple[str, ...]:
+    """The buffers a functional program writes (its BUFFER_MUTATION outputs)."""
+    specs = program.graph_signature.output_specs
+    return tuple(spec.target for spec in specs if spec.kind == OutputKind.BUFFER_MUTATION)
+
+
+def explicit_state(program: ExportedProgram) -> tuple[ExportedProgram, State | None]:
+    """`program` with its written buffers as trailing inputs and outputs (None: it writes none);
+    a program that keeps state must have static sizes."""
+    from phaseconv.rewrite import functional
+
+    program = functional(program)  # in-place writes as buffer mutations, as rewrite leaves them
+    names = written_buffers(program)
+    if not names:
+        return program, None
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    inputs = program.graph_signature.user_inputs
+    values = [placeholders[name].meta["val"] for name in inputs]
+    if not all(isinstance(size, int) for value in values for size in value.shape):
+        raise PhaseconvError("a program that keeps state and has dynamic sizes: export it for one length")
+    module = program.module()
+    initial = tuple(module.get_buffer(name).detach().clone() for name in names)
+    examples = tuple(torch.zeros(value.shape, dtype=value.dtype) for value in values)
+    wrapped = torch.export.export(_StateAsArguments(module, names, len(inputs)), (*examples, *initial))
+    return wrapped, State(names, initial, tuple(inputs))
