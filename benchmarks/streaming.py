@@ -14,7 +14,10 @@ weights from the cache between frames, as a TTS runner's language model would). 
 step once more with ExecuTorch's ETDump: milliseconds per frame by
 XNNPACK operator, and the rate at which its GEMMs (fully connected layers, convolutions) get through
 the step's weights. The int8 step is `phaseconv.quantize` (XNNPACKQuantizer, static, calibrated on
-40 frames of other random latents); its SNR is against the fp32 phaseconv step's audio.
+40 frames of other random latents); its SNR is against the fp32 phaseconv step's audio. Beside them,
+the step on ONNX Runtime (its stock export and `phaseconv.export_onnx`'s), each call fed the state
+the call before returned. Before each timed call the process's other threads are let go idle
+(runtimes/timing.py), so no program pays for another runtime's spinning threads.
 """
 
 from __future__ import annotations
@@ -37,7 +40,29 @@ from benchmarks.workers import save_results, worker_rows  # noqa: E402
 
 console = Console(width=200)
 PROGRAMS = ("stock step", "phaseconv step", "phaseconv int8 step", "pocket-tts eager")
+PROGRAMS += ("ORT stock step", "ORT export_onnx step")  # ONNX Runtime, each call fed the state of the one before
 CALIBRATION_FRAMES = 40
+
+
+def ort_steps(ep, threads: int, latents) -> dict:
+    """The step through ONNX Runtime, stock export and export_onnx's: per frame, a call fed the
+    state the call before returned (runtimes/onnxruntime.py: to_onnx)."""
+    from phaseconv.onnx_export import export_onnx
+    from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
+
+    def frame_by_frame(session):
+        state = ()
+
+        def call(i):
+            nonlocal state
+            out, *rest = session.run((latents[:, i : i + 1],), state)
+            state = tuple(rest)
+            return out
+
+        return call
+
+    models = {"ORT stock step": to_onnx(ep), "ORT export_onnx step": export_onnx(ep)[0]}
+    return {name: frame_by_frame(OrtSession(model, threads)) for name, model in models.items()}
 
 
 def worker(config: str, threads: int, frames: int, out: Path) -> None:
@@ -50,6 +75,7 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
     from phaseconv.models.pocket_tts import MimiStep, build_mimi, peak_scaled_pcm_error, stream_eager
     from phaseconv.quantize import snr_db
     from phaseconv.runtimes.executorch import LoadedProgram, operator_times
+    from phaseconv.runtimes.timing import wait_until_others_idle
 
     torch.set_num_threads(threads)
     mimi = build_mimi(config)
@@ -67,10 +93,12 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
     eager = stream_eager(copy.deepcopy(mimi), latents)
     calls = {name: (lambda i, p=program: p.run((latents[:, i : i + 1],))[0]) for name, program in loaded.items()}
     calls["pocket-tts eager"] = lambda i: next(eager)
+    calls |= ort_steps(ep, threads, latents)
     times = {name: [] for name in PROGRAMS}
     audio = {name: [] for name in PROGRAMS}
     for i in range(frames):
         for name in PROGRAMS:
+            wait_until_others_idle()  # no program pays for threads another one left spinning
             start = time.perf_counter()
             audio[name].append(calls[name](i))
             times[name].append((time.perf_counter() - start) * 1e3)
