@@ -27,10 +27,14 @@ from phaseconv.rules.conv_transpose import ConvTransposeRule
 # --only "1 frame"`: alone 1.09x in one run, 0.93x in another where every rule alone gave 0.88-0.98x).
 # A convolution of at most 4 outputs is a MatMul with its weight (short_conv, ONNX only: ORT's Conv
 # takes as long for 2 outputs as for 16): Mimi's decoder on one frame, alone 1.10x, export_onnx 1.28x
-# at 1 thread and 1.15x at 2 (the same machine, results/onnx_rules.json).
+# at 1 thread and 1.15x at 2 (the same machine, results/onnx_rules.json). A depthwise transposed
+# convolution stays one grouped convolution (channel multiplier s), not XNNPACK's s depthwise ones and
+# a cat: fewer nodes, which ORT pays for per call. pocket-tts's streaming step (a stride-16 one), by
+# hand, stock export time / export_onnx's per frame at 1 / 2 threads: split 1.00x / 0.98x (0.85x at 2
+# in another run), one conv 1.08x / 1.00x; the Mimi decoders the same either way (1.13-1.26x).
 ONNX_RULES = (
     RULES_BY_NAME["fold_constants"],
-    ConvTransposeRule(spatial_dims=(1,)),
+    ConvTransposeRule(spatial_dims=(1,), split_depthwise=False),
     RULES_BY_NAME["elu"],
     RULES_BY_NAME["reflect_pad"],
     RULES_BY_NAME["views"],

@@ -87,6 +87,17 @@ def test_a_stateful_step_of_dynamic_length_is_refused():
         phaseconv.export_onnx(ep)
 
 
+def test_export_onnx_keeps_a_depthwise_transposed_convolution_one_grouped_conv():
+    """Mimi's upsampler (depthwise, k4 s2): one Conv of channel multiplier 2, no per-phase convs and cat."""
+    module, x = nn.ConvTranspose1d(8, 8, 4, 2, groups=8, bias=False).eval(), torch.randn(1, 8, 5)
+    model, decisions = phaseconv.export_onnx(export(module, x))
+    assert any(d.rule == "conv_transpose" and d.applied for d in decisions), decisions
+    types = [node.op_type for node in onnx.load_from_string(model).graph.node]
+    assert types.count("Conv") == 1 and "ConvTranspose" not in types and "Concat" not in types
+    with torch.no_grad():
+        assert_close(OrtSession(model).run((x,))[0], module(x))
+
+
 def test_export_onnx_without_rules_is_the_stock_export():
     module = nn.ConvTranspose1d(4, 4, 4, 2, 1)
     model, decisions = phaseconv.export_onnx(export(module, torch.randn(1, 4, 5)), rules=[])
