@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.export import ExportedProgram
-from torch.export.graph_signature import OutputKind
 
 from phaseconv.errors import PhaseconvError
 
@@ -43,19 +42,13 @@ class _StateAsArguments(nn.Module):
         return (*outputs, *[self.module.get_buffer(name).clone() for name in self.names])
 
 
-def written_buffers(program: ExportedProgram) -> tuple[str, ...]:
-    """The buffers a functional program writes (its BUFFER_MUTATION outputs)."""
-    specs = program.graph_signature.output_specs
-    return tuple(spec.target for spec in specs if spec.kind == OutputKind.BUFFER_MUTATION)
-
-
 def explicit_state(program: ExportedProgram) -> tuple[ExportedProgram, State | None]:
     """`program` with its written buffers as trailing inputs and outputs (None: it writes none);
     a program that keeps state must have static sizes."""
     from phaseconv.rewrite import functional
 
     program = functional(program)  # in-place writes as buffer mutations, as rewrite leaves them
-    names = written_buffers(program)
+    names = tuple(program.graph_signature.buffers_to_mutate.values())  # in the order of their outputs
     if not names:
         return program, None
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}

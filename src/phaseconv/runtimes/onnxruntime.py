@@ -31,6 +31,9 @@ def require_onnx() -> None:
         _require(module)
 
 
+STATE, NEXT = "state.", ".next"  # a stateful model's state input `state.<buffer>`, its output `state.<buffer>.next`
+
+
 def to_onnx(ep: ExportedProgram) -> bytes:
     """The ONNX model (serialized ModelProto) of `ep`, by torch.onnx's exporter (dynamo=True).
 
@@ -57,15 +60,15 @@ def _name_state(model, state) -> None:
     graph = model.graph
     own, kept = len(state.inputs), len(graph.output) - len(state.names)
     names = {v.name: name for v, name in zip(graph.input, state.inputs)}
-    names |= {v.name: f"state.{name}" for v, name in zip(graph.input[own:], state.names)}
-    names |= {v.name: f"state.{name}.next" for v, name in zip(graph.output[kept:], state.names)}
+    names |= {v.name: STATE + name for v, name in zip(graph.input[own:], state.names)}
+    names |= {v.name: STATE + name + NEXT for v, name in zip(graph.output[kept:], state.names)}
     for node in graph.node:
         node.input[:] = [names.get(n, n) for n in node.input]
         node.output[:] = [names.get(n, n) for n in node.output]
     for value in (*graph.input, *graph.output, *graph.value_info):
         value.name = names.get(value.name, value.name)
     for name, value in zip(state.names, state.initial):
-        graph.initializer.append(numpy_helper.from_array(value.numpy(), f"state.{name}"))
+        graph.initializer.append(numpy_helper.from_array(value.numpy(), STATE + name))
 
 
 def session_options(threads: int):
@@ -92,9 +95,8 @@ class OrtSession:
         overridable = {i.name for i in self._session.get_overridable_initializers()}
         # a stateful model's state inputs (to_onnx), in the order of its state outputs
         outputs = [o.name for o in self._session.get_outputs()]
-        self.state_names = [
-            o[: -len(".next")] for o in outputs if o.endswith(".next") and o[: -len(".next")] in overridable
-        ]
+        state = [o.removesuffix(NEXT) for o in outputs if o.endswith(NEXT)]
+        self.state_names = [name for name in state if name in overridable]
 
     def run(self, inputs: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = ()) -> list[torch.Tensor]:
         """The outputs for `inputs`; a stateful model's run from `state` (the `.next` outputs of the
