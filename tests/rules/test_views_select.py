@@ -63,3 +63,32 @@ def test_broadcasting_copy_is_declined():
     ep = export(Broadcast(), torch.randn(2, 3), torch.randn(3))
     (decision,) = [d for d in phaseconv.explain(ep) if d.node.startswith("copy")]
     assert not decision.applied and "broadcasts" in decision.reason
+
+
+class AdaptiveNorm(nn.Module):
+    """An adaptive layer norm's modulation: `chunk` into shift, scale and gate (a split)."""
+
+    def forward(self, x, y):
+        shift, scale, gate = (y * 2).chunk(3, dim=-1)
+        first, rest = torch.split(x, [2, 6], dim=-1)
+        return torch.cat([first, rest * (1 + scale[..., :6]) + shift[..., :6]], dim=-1) * gate[..., :8]
+
+
+def test_split_becomes_one_slice_per_piece_in_one_partition():
+    x, y = torch.randn(1, 3, 8), torch.randn(1, 3, 24)
+    ep = export(AdaptiveNorm(), x, y)
+    rewritten = phaseconv.rewrite(ep)
+    targets = {n.target for n in rewritten.graph.nodes}
+    assert not {aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default} & targets
+    assert_close(run(rewritten, x, y), run(ep, x, y))
+    assert_one_partition_matching(rewritten, ep, x, y)
+
+
+def test_split_read_as_a_tuple_is_declined():
+    class Whole(nn.Module):
+        def forward(self, x):
+            return torch.cat(torch.split(x, 2, dim=-1)[::-1], dim=-1)
+
+    ep = export(Whole(), torch.randn(1, 6))
+    decisions = [d for d in phaseconv.explain(ep) if d.rule == "views" and d.node.startswith("split")]
+    assert decisions and all(d.applied or "tuple is read as a whole" in d.reason for d in decisions)

@@ -19,6 +19,7 @@ from phaseconv.rules.short_conv import ShortConvRule
 from phaseconv.rules.slice_of_cat import SliceOfCatRule
 from phaseconv.rules.slice_scatter import SliceScatterRule
 from phaseconv.rules.split_conv import SplitConvRule
+from phaseconv.rules.variance import VarianceRule
 from phaseconv.rules.views import ViewRule
 from phaseconv.rules.winograd import WinogradRule
 
@@ -31,6 +32,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     AttentionRule(),
     RotateHalfRule(),
     MeanRule(),
+    VarianceRule(),
     ViewRule(),
     LstmRule(),
     ReflectPadRule(),

@@ -16,7 +16,7 @@ from torch.fx import Node
 
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.rules.base import Skip
-from phaseconv.rules.mean import last_dim_mean
+from phaseconv.rules.mean import last_dim_variance
 
 aten = torch.ops.aten
 
@@ -70,9 +70,7 @@ class LayerNormRule:
         x = node.args[0]
         rank = x.meta["val"].dim()
         channels = x.meta["val"].shape[-1]
-        centered = editor.emit(anchor, aten.sub.Tensor, x, last_dim_mean(editor, anchor, x, node.name))
-        squared = editor.emit(anchor, aten.mul.Tensor, centered, centered)
-        variance = last_dim_mean(editor, anchor, squared, node.name)
+        centered, variance = last_dim_variance(editor, anchor, x, node.name)
         variance = editor.emit(anchor, aten.add.Tensor, variance, editor.scalar_constant(plan.eps, x))
         y = editor.emit(anchor, aten.mul.Tensor, centered, editor.emit(anchor, aten.rsqrt.default, variance))
 

@@ -28,6 +28,12 @@ def last_dim_mean(editor: ProgramEditor, anchor: Node, x: Node, key: str) -> Nod
     return editor.emit(anchor, aten.linear.default, x, editor.new_constant(weight, f"{key}_average"))
 
 
+def last_dim_variance(editor: ProgramEditor, anchor: Node, x: Node, key: str) -> tuple[Node, Node]:
+    """(x - mean, mean((x - mean)^2)) over the last dimension, as two fully connected averages."""
+    centered = editor.emit(anchor, aten.sub.Tensor, x, last_dim_mean(editor, anchor, x, key))
+    return centered, last_dim_mean(editor, anchor, editor.emit(anchor, aten.mul.Tensor, centered, centered), key)
+
+
 @dataclass(frozen=True)
 class MeanPlan:
     node: Node
