@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,16 +76,24 @@ def write_atomically(path: Path, content: bytes) -> None:
 
 
 def lower(
-    ep: ExportedProgram,
+    ep: ExportedProgram | dict[str, ExportedProgram],
     *,
     rewrite: bool = True,
     backend: str = "xnnpack",
     external_constants: bool = False,
     target: str = "any",
+    constant_methods: dict | None = None,
 ) -> LoweredProgram:
     """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`, tuned for the
-    CPU `target` ("any", "x86-fma3", "x86-avx512" or "host": phaseconv.targets)."""
-    require_program(ep)
+    CPU `target` ("any", "x86-fma3", "x86-avx512" or "host": phaseconv.targets).
+
+    A dict {method name: program} gives one program of several methods that share the buffers they
+    name alike (a state one method writes and another reads), with `constant_methods` beside them;
+    each decision's node is then named method/node.
+    """
+    programs = ep if isinstance(ep, dict) else {"forward": ep}
+    for program in programs.values():
+        require_program(program)
     require_backend(backend)
     from phaseconv.rules import TARGET_RULES
     from phaseconv.runtimes.executorch import PHASECONV_LOWERING, external_data, to_xnnpack
@@ -94,8 +102,19 @@ def lower(
     rules = TARGET_RULES[resolve_target(target)]
     decisions: list[Decision] = []
     if rewrite:  # then lowered with XNNPACK's own ELU and shape chains on the buffer; else the stock lowering
-        ep, decisions = rewrite_with_report(ep, rules)
-    manager = to_xnnpack(ep, external_constants=external_constants, **(PHASECONV_LOWERING if rewrite else {}))
+        rewritten = {}
+        for name, program in programs.items():
+            rewritten[name], method_decisions = rewrite_with_report(program, rules)
+            if isinstance(ep, dict):
+                method_decisions = [replace(d, node=f"{name}/{d.node}") for d in method_decisions]
+            decisions += method_decisions
+        programs = rewritten
+    manager = to_xnnpack(
+        programs if isinstance(ep, dict) else programs["forward"],
+        external_constants=external_constants,
+        constant_methods=constant_methods,
+        **(PHASECONV_LOWERING if rewrite else {}),
+    )
     data_files = external_data(manager)
     data = b"".join(data_files.values()) if data_files else None
     if len(data_files) > 1:

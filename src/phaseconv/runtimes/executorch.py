@@ -23,6 +23,7 @@ from executorch.exir import (
     ExecutorchProgramManager,
     to_edge_transform_and_lower,
 )
+from executorch.exir.passes import MemoryPlanningPass
 from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 from executorch.extension.pybindings import portable_lib
 from executorch.runtime import Runtime
@@ -50,7 +51,11 @@ PHASECONV_LOWERING = {"xnnpack_elu": True, "shape_chains": True}
 
 
 def to_xnnpack(
-    ep: ExportedProgram, external_constants: bool = False, xnnpack_elu: bool = False, shape_chains: bool = False
+    ep: ExportedProgram | dict[str, ExportedProgram],
+    external_constants: bool = False,
+    xnnpack_elu: bool = False,
+    shape_chains: bool = False,
+    constant_methods: dict | None = None,
 ) -> ExecutorchProgramManager:
     """Stock lowering: every op XNNPACK takes goes to its delegate, the rest runs portable.
 
@@ -58,21 +63,37 @@ def to_xnnpack(
     With xnnpack_elu, ELU goes to XNNPACK's own ELU: ExecuTorch ships its config (EluConfig) and
     serializer but leaves it out of the partitioner's default list. With shape_chains, chains of
     views and permutes in the delegate move its buffers at most once (runtimes/xnnpack_layout.py).
+    A dict of programs becomes one program of several methods, whose buffers of one name are one
+    buffer (ExecuTorch's share_mutable_buffers: a state one method writes, another reads);
+    `constant_methods` adds methods that return constants.
     """
+    programs = ep if isinstance(ep, dict) else {"forward": ep}
     if external_constants:
-        ep = _tag_constants_external(ep)
+        programs = {name: _tag_constants_external(program) for name, program in programs.items()}
     configs = [*ALL_PARTITIONER_CONFIGS, EluConfig] if xnnpack_elu else None
     chains = shape_chains_on_buffer() if shape_chains else contextlib.nullcontext()
-    with declared_ranges_kept(ep), chains:
+    with contextlib.ExitStack() as stack:
+        for program in programs.values():
+            stack.enter_context(declared_ranges_kept(program))
+        stack.enter_context(chains)
         edge = to_edge_transform_and_lower(
-            ep,
+            programs if isinstance(ep, dict) else ep,
             partitioner=[XnnpackPartitioner(configs=configs)],
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            constant_methods=constant_methods,
         )
+    written = sorted(
+        {name for method in edge.methods for name in _mutated_buffer_inputs(edge.exported_program(method))}
+    )
+    shared = isinstance(ep, dict) and bool(written)
     return edge.to_executorch(
         ExecutorchBackendConfig(
             external_constants=external_constants,
-            passes=[InitializedMutableBufferPass(_mutated_buffer_inputs(edge.exported_program()))],
+            passes=[InitializedMutableBufferPass(written)],
+            # a state written by index (a KV cache's index_copy_) is written in place, not copied whole
+            run_reinplace_pass=True,
+            **({"memory_planning_pass": MemoryPlanningPass(share_mutable_buffers=True)} if shared else {}),
+            emit_mutable_buffer_names=shared,
         )
     )
 
@@ -114,35 +135,44 @@ def load_program(buffer: bytes, weight_cache: bool = True, **options):
 
 
 class LoadedProgram:
-    """A program loaded by the ExecuTorch runtime, its `forward` initialized; keeps its bytes alive
+    """A program loaded by the ExecuTorch runtime, its methods initialized; keeps its bytes alive
     as long as it lives. `data_path`: the .ptd file of a program saved with external constants.
 
-    The method is initialized here, not on the first call (XNNPACK packs its weights then: 28 ms
-    for the pocket-tts step), so the first call costs what the others do: time to first audio.
+    Every method is initialized here, not on its first call (XNNPACK packs its weights then: 28 ms
+    for the pocket-tts step), so the first call costs what the others do: time to first audio. A
+    method that shares a buffer with another starts it from its initial value when initialized, so
+    all are initialized before any runs.
     With `weight_cache` (XNNPACK's `weight_cache_enabled`), operators that read the same constant
     share one packed copy: an unrolled LSTM's steps read one recurrent weight, which stays in cache,
-    instead of one private copy per step streamed from memory."""
+    instead of one private copy per step streamed from memory; methods that read one weight share it."""
 
     def __init__(self, buffer: bytes, data_path: str | Path | None = None, weight_cache: bool = True):
         self._buffer = bytes(buffer)
         self._program = load_program(self._buffer, weight_cache, data_path=data_path)
-        self._method = self._program.load_method("forward")
-        meta = self._method.metadata
+        self._methods = {name: self._program.load_method(name) for name in sorted(self._program.method_names)}
         # Planned sizes: a dynamic size is planned for the longest of its declared range.
-        self._largest = [tuple(meta.input_tensor_meta(i).sizes()) for i in range(meta.num_inputs())]
+        self._largest = {
+            name: [tuple(method.metadata.input_tensor_meta(i).sizes()) for i in range(method.metadata.num_inputs())]
+            for name, method in self._methods.items()
+        }
 
-    def run(self, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
-        for number, (tensor, largest) in enumerate(zip(inputs, self._largest), start=1):
+    @property
+    def method_names(self) -> list[str]:
+        return list(self._methods)
+
+    def run(self, inputs: tuple[torch.Tensor, ...], method: str = "forward") -> list:
+        for number, (tensor, largest) in enumerate(zip(inputs, self._largest[method]), start=1):
             if tensor.dim() != len(largest) or any(n > m for n, m in zip(tensor.shape, largest)):
+                where = "" if method == "forward" else f" of {method}"
                 raise PhaseconvError(
-                    f"input {number} has shape {list(tensor.shape)}; the program takes at most {list(largest)} "
-                    "(a dynamic size up to the longest of its declared range)"
+                    f"input {number}{where} has shape {list(tensor.shape)}; the program takes at most "
+                    f"{list(largest)} (a dynamic size up to the longest of its declared range)"
                 )
-        return list(self._method.execute(tuple(inputs)))
+        return list(self._methods[method].execute(tuple(inputs)))
 
-    def method_meta(self):
-        """Input and output tensor shapes and dtypes of `forward`, as the program declares them."""
-        return self._method.metadata
+    def method_meta(self, method: str = "forward"):
+        """Input and output tensor shapes and dtypes of a method, as the program declares them."""
+        return self._methods[method].metadata
 
 
 def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20) -> dict[str, float]:

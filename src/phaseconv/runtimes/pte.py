@@ -53,32 +53,48 @@ class DelegationSummary:
 
 
 def summarize_pte(data: bytes) -> DelegationSummary:
-    """The delegation summary of a serialized program (the bytes of a .pte file)."""
+    """The delegation summary of a serialized program (the bytes of a .pte file), its methods together."""
+    summary = DelegationSummary()
+    for method in summarize_methods(data).values():
+        summary.partitions += method.partitions
+        summary.inside.update(method.inside)
+        summary.outside.update(method.outside)
+        summary.external_constants += method.external_constants
+        summary.repacked_weights += method.repacked_weights
+        summary.repacked_bytes += method.repacked_bytes
+    return summary
+
+
+def summarize_methods(data: bytes) -> dict[str, DelegationSummary]:
+    """The delegation summary of each method of a serialized program (constant methods left out)."""
     try:
         pte = deserialize_pte_binary(data)
     except Exception as error:  # the deserializer raises anything from struct to flatbuffer errors
         raise PhaseconvError(f"not an ExecuTorch program: {type(error).__name__}: {error}") from None
     program = pte.program
     inline = set(pte.named_data.pte_data) if pte.named_data is not None else set()
-    plan = program.execution_plan[0]
-    summary = DelegationSummary()
-    for instruction in plan.chains[0].instructions:
-        args = instruction.instr_args
-        if isinstance(args, DelegateCall):
-            summary.partitions += 1
-            delegate = plan.delegates[args.delegate_index]
-            if delegate.id == XNNPACK:
-                graph = _xnnpack_graph(program.backend_delegate_data[delegate.processed.index].data)
-                summary.inside.update(node["xnode_union_type"] for node in graph["xnodes"])
-                keys = {c.get("named_key") for c in graph.get("constant_data", [])} - {None, ""}
-                summary.external_constants += len(keys - inline)
-                _count_repacked_weights(graph, summary)
-            else:
-                summary.inside[delegate.id] += 1
-        elif isinstance(args, KernelCall):
-            operator = plan.operators[args.op_index]
-            summary.outside[f"{operator.name}.{operator.overload}" if operator.overload else operator.name] += 1
-    return summary
+    summaries = {}
+    for plan in program.execution_plan:
+        if not plan.chains[0].instructions and not plan.inputs:
+            continue  # a constant method (settings the program carries)
+        summary = summaries[plan.name] = DelegationSummary()
+        for instruction in plan.chains[0].instructions:
+            args = instruction.instr_args
+            if isinstance(args, DelegateCall):
+                summary.partitions += 1
+                delegate = plan.delegates[args.delegate_index]
+                if delegate.id == XNNPACK:
+                    graph = _xnnpack_graph(program.backend_delegate_data[delegate.processed.index].data)
+                    summary.inside.update(node["xnode_union_type"] for node in graph["xnodes"])
+                    keys = {c.get("named_key") for c in graph.get("constant_data", [])} - {None, ""}
+                    summary.external_constants += len(keys - inline)
+                    _count_repacked_weights(graph, summary)
+                else:
+                    summary.inside[delegate.id] += 1
+            elif isinstance(args, KernelCall):
+                operator = plan.operators[args.op_index]
+                summary.outside[f"{operator.name}.{operator.overload}" if operator.overload else operator.name] += 1
+    return summaries
 
 
 def _count_repacked_weights(graph: dict, summary: DelegationSummary) -> None:
