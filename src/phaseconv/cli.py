@@ -23,6 +23,7 @@ MODEL_HELP = (
     "built-in model (demo:mimi-decoder); or pocket-tts:CONFIG, pocket-tts's Mimi decoder as a streaming step for a "
     "config shipped with pocket-tts (pocket-tts:english_2026-09)"
 )
+TTS_PREFIX = "pocket-tts-tts:"
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
@@ -178,7 +179,10 @@ def lower(
     ),
     backend: str = typer.Option("xnnpack", help="the ExecuTorch backend to delegate to"),
     weights: Path | None = typer.Option(
-        None, "--weights", help="pocket-tts:CONFIG only: Mimi weights (.safetensors) instead of random ones"
+        None,
+        "--weights",
+        help="pocket-tts:CONFIG: Mimi weights (.safetensors) instead of random ones; "
+        f"{TTS_PREFIX}CONFIG: the whole model's (flow_lm.* and mimi.*)",
     ),
     no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
     quantize: str | None = typer.Option(
@@ -192,6 +196,12 @@ def lower(
     ),
     target: str = typer.Option("any", help=TARGET_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    tokenizer: Path | None = typer.Option(
+        None, "--tokenizer", help=f"{TTS_PREFIX}CONFIG only: check this tokenizer (.model or .json) against the config"
+    ),
+    capacity: int | None = typer.Option(
+        None, "--capacity", help=f"{TTS_PREFIX}CONFIG only: positions of the language model's cache (default 512)"
+    ),
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
     from phaseconv.lowering import lower as lower_program
@@ -201,6 +211,10 @@ def lower(
     require_backend(backend)  # all before loading the model, which can take long
     resolve_target(target)
     require_folder(output)
+    if model.startswith(TTS_PREFIX):
+        return _lower_tts(model, output, weights, tokenizer, capacity, no_rewrite, external_constants, target, as_json)
+    if tokenizer is not None or capacity is not None:
+        raise PhaseconvError(f"--tokenizer and --capacity are for {TTS_PREFIX}CONFIG programs, not {model}")
     if quantize is not None and quantize not in QUANTIZE_MODES:
         raise PhaseconvError(f"--quantize takes {' or '.join(QUANTIZE_MODES)}, got {quantize!r}")
     if calibration is not None and quantize != "int8":
@@ -239,6 +253,37 @@ def lower(
     show_summaries(summaries)
     if snr is not None:
         console.print(f"{quantize} output against fp32 eager on the example inputs: SNR {snr:.1f} dB", highlight=False)
+    console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
+
+
+def _lower_tts(model, output, weights, tokenizer, capacity, no_rewrite, external_constants, target, as_json) -> None:
+    """`phaseconv lower pocket-tts-tts:CONFIG`: the whole text-to-speech model as one program."""
+    from phaseconv.models.pocket_tts.program import DEFAULT_CAPACITY, DEFAULT_TTS_CONFIG, lower_tts
+    from phaseconv.runtimes.pte import summarize_methods
+
+    config = model.removeprefix(TTS_PREFIX) or DEFAULT_TTS_CONFIG
+    with _known_failures(model, False):
+        lowered = lower_tts(
+            config,
+            weights,
+            tokenizer,
+            capacity or DEFAULT_CAPACITY,
+            rewrite=not no_rewrite,
+            external_constants=external_constants,
+            target=target,
+        )
+    files = lowered.save(output)
+    methods = summarize_methods(lowered.buffer)
+    if as_json:
+        _print_json(
+            {
+                "files": [str(f) for f in files],
+                "decisions": [d.to_dict() for d in lowered.decisions],
+                "methods": {name: summary.to_dict() for name, summary in methods.items()},
+            }
+        )
+        return
+    show_summaries(methods)
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
 
 
@@ -484,6 +529,77 @@ def stream(
 
 
 @app.command()
+def tts(
+    program: Path = typer.Argument(
+        ..., help="a text-to-speech program (.pte) from `phaseconv lower pocket-tts-tts:CONFIG`"
+    ),
+    text: str = typer.Argument(..., help="what to say"),
+    tokenizer: Path = typer.Option(
+        ..., "--tokenizer", help="the config's tokenizer: a sentencepiece .model or a .json"
+    ),
+    voice: Path | None = typer.Option(None, "--voice", help="a voice prompt (.wav) to speak like"),
+    temperature: float | None = typer.Option(
+        None, "--temperature", help="noise scale; 0: deterministic (default: the config's)"
+    ),
+    seed: int = typer.Option(0, "--seed", help="the noise's seed: the same seed, the same audio"),
+    threads: int = typer.Option(1, "--threads", min=1, help="XNNPACK threads"),
+    pcm: bool = typer.Option(False, "--pcm", help="write 16-bit mono PCM to stdout as each frame is decoded"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="write a WAV file"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the summary as JSON"),
+) -> None:
+    """Speak TEXT through a text-to-speech program, streamed frame by frame; the summary goes to stderr.
+
+    phaseconv tts tts.pte "Hello there." --tokenizer tokenizer.model --pcm | aplay -f S16_LE -r 24000 -c 1
+    """
+    from phaseconv.lowering import require_folder, write_atomically
+    from phaseconv.runtimes.executorch import set_threads
+    from phaseconv.stream import to_pcm16, write_wav
+    from phaseconv.tts import Speaker, SpeechProgram, SpeechReport, Voice
+
+    if pcm == (output is not None):
+        raise PhaseconvError("say where the audio goes: either --pcm (stdout) or -o out.wav")
+    for path in (output, json_path):
+        if path is not None:
+            require_folder(path)
+    if not text.strip():
+        raise PhaseconvError("the text is empty")
+    with parked_stderr(not state["debug"]):  # the runtime's CPU probing on load
+        set_threads(threads)
+        speech = SpeechProgram(program)
+    speaker = Speaker(speech, tokenizer, temperature, seed)
+    settings = speech.settings
+    max_frames = int(30 * settings["frame_rate"])
+    chosen = Voice(voice, settings["sample_rate"], settings["frame_size"], max_frames) if voice is not None else None
+    report = SpeechReport(0, 0, settings["sample_rate"], settings["frame_size"], speech.load_ms, 0.0, 0.0, 0.0)
+    report.voice_ms = speaker.set_voice(chosen)
+    chunks: list[bytes] = []
+
+    def deliver(samples) -> None:
+        data = to_pcm16(samples)
+        if pcm:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            chunks.append(data)
+
+    speaker.speak(text, deliver, report)
+    if output is not None:
+        write_wav(output, b"".join(chunks), report.sample_rate)
+    if json_path is not None:
+        write_atomically(json_path, json.dumps(report.to_dict() | {"threads": threads}, indent=2).encode())
+    summary = report.to_dict()
+    Console(stderr=True).print(
+        f"{report.frames} frames ({report.audio_seconds:.2f} s of audio, {report.chunks} chunk(s)) at {threads} "
+        f"thread(s): first audio {report.first_audio_ms:.1f} ms after the text, per frame median LM "
+        f"{summary['lm_median_ms']:.2f} ms + decoder {summary['decode_median_ms']:.2f} ms, "
+        f"real-time factor {report.real_time_factor:.3f}"
+        + (f"; {report.capped_chunks} chunk(s) stopped at the program's capacity" if report.capped_chunks else ""),
+        soft_wrap=True,
+        highlight=False,
+    )
+
+
+@app.command()
 def models(as_json: bool = typer.Option(False, "--json", help="print JSON instead of lines")) -> None:
     """The built-in models, by the names MODEL takes."""
     from phaseconv.models import DEMO_MODELS, HF_MODELS
@@ -561,6 +677,11 @@ def demo(
 def main() -> None:
     try:
         app(standalone_mode=False)
+    except BrokenPipeError:  # `--pcm | head -c 1000`: the reader has what it wanted; a quiet exit
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at shutdown
+        sys.exit(0)
     except PhaseconvError as error:
         if state["debug"]:
             raise

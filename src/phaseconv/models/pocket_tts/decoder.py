@@ -67,7 +67,12 @@ def load_weights(mimi: nn.Module, path: Path, config: str) -> None:
         state = get_mimi_state_dict(path)
     except Exception as error:
         raise PhaseconvError(f"cannot read {path} as safetensors: {type(error).__name__}: {error}") from None
-    expected = mimi.state_dict()
+    check_state(mimi.state_dict(), state, path, config)
+    mimi.load_state_dict(state, strict=True)
+
+
+def check_state(expected: dict, state: dict, path: Path, config: str) -> None:
+    """`state` has exactly the keys and shapes of `expected`, or an error naming what differs."""
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     wrong = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
@@ -81,7 +86,6 @@ def load_weights(mimi: nn.Module, path: Path, config: str) -> None:
                 f"{list(expected[name].shape)} in the config)"
             )
         raise PhaseconvError(f"the weights in {path} do not fit pocket-tts config {config}: {'; '.join(problems)}")
-    mimi.load_state_dict(state, strict=True)
 
 
 def steps_per_frame(mimi: nn.Module) -> int:
@@ -112,6 +116,8 @@ class SlidingWindowAttention(nn.Module):
     2^24 steps, 23 hours at 200 Hz), which RoPE reads. Head-major, so attention reads the cache
     without re-laying it out.
     """
+
+    STATE = ("keys", "values", "key_bias", "position")  # the buffers forward writes
 
     def __init__(self, attention: nn.Module, steps: int, batch_size: int = 1):
         super().__init__()
@@ -187,6 +193,14 @@ class MimiStep(nn.Module):
         self.latent_dim = self.mimi.quantizer.dimension
         self.frame_size = self.mimi.frame_size
 
+    def state_names(self) -> list[str]:
+        """The buffers forward writes: every convolution's state and every attention's cache."""
+        names = [buffer for slots in self._state_slots.values() for buffer in slots.values()]
+        for name, module in self.named_modules():
+            if isinstance(module, SlidingWindowAttention):
+                names += [f"{name}.{buffer}" for buffer in SlidingWindowAttention.STATE]
+        return names
+
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
         state = {
             name: {key: getattr(self, buffer) for key, buffer in slots.items()}
@@ -227,6 +241,7 @@ __all__ = [
     "MimiStep",
     "SlidingWindowAttention",
     "build_mimi",
+    "check_state",
     "config_names",
     "mimi_step",
     "peak_scaled_pcm_error",

@@ -1,0 +1,286 @@
+"""pocket-tts's whole text-to-speech model as one ExecuTorch program of several methods.
+
+    embed_text(tokens [1, T]) -> embeddings [1, T, D]               the text conditioning
+    encode_voice(audio [1, 1, F * frame]) -> conditioning [1, F', D]  Mimi encoder + speaker projection
+    prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D]      conditioning into the LM's cache
+    generate(latent, start, noise, positions [1]) -> (latent, eos_logit)   one 80 ms frame
+    decode(latent [1, 1, ldim]) -> pcm [1, 1, frame]                   the Mimi decoder step
+    reset_decoder() -> zero [1]                                        the decoder's state to its start
+    clear_cache() -> zero [1]                                          the LM's cache to zeros
+    settings() -> JSON                                                 what a runner needs (below)
+
+The language model's KV cache and the decoder's state are buffers the methods share (ExecuTorch's
+`share_mutable_buffers`), so a runner calls the methods in pocket-tts's order: the voice prompt at
+positions 0 .. V - 1 once, then per chunk of text its tokens at V .. V + T - 1 and one frame per
+position after them; the next chunk starts again at V (pocket-tts copies the voice's state per
+chunk), with the decoder reset (pocket-tts starts a new decoder per chunk). ExecuTorch starts the
+buffers that methods share from uninitialized memory (the initial values it keeps for a buffer of
+one method are not loaded for them): a runner calls clear_cache and reset_decoder before speaking.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.export import Dim, ExportedProgram
+
+from phaseconv.errors import PhaseconvError
+from phaseconv.models.pocket_tts.decoder import MimiStep, _pocket_tts, check_state, config_names
+from phaseconv.models.pocket_tts.language_model import (
+    ClearCache,
+    Generate,
+    Prompt,
+    capacity_of,
+    quantize_linears,
+    with_cache,
+)
+
+DEFAULT_TTS_CONFIG = "english_18m_2026-10"
+# Positions of the language model's cache: a voice prompt (12.5 per second), a chunk's text tokens and
+# the frames generated for it (pocket-tts allows (tokens / 3 + 2) s of them: 234 for 50 tokens).
+DEFAULT_CAPACITY = 512
+# A chunk's tokens at most: pocket-tts's MAX_TOKEN_PER_CHUNK (50) is where it splits; a sentence with
+# no punctuation to split at can run longer.
+MAX_TEXT_TOKENS = 128
+
+
+def load_tts_config(config: str):
+    """pocket-tts's Config for a shipped config name, its weights and tokenizer paths cleared
+    (they point at a hub this code does not reach: the caller gives files)."""
+    _pocket_tts()
+    from pocket_tts.utils.config import CONFIGS_DIR, load_config
+
+    if config not in config_names():
+        raise PhaseconvError(f"unknown pocket-tts config {config!r}; shipped: {', '.join(config_names())}")
+    settings = load_config(CONFIGS_DIR / f"{config}.yaml")
+    settings.weights_path = settings.weights_path_without_voice_cloning = None
+    settings.flow_lm.weights_path = settings.mimi.weights_path = None
+    return settings
+
+
+def load_tokenizer(path: Path, n_bins: int):
+    """pocket-tts's tokenizer for a sentencepiece `.model` or a tokenizers `.json` file, whose
+    vocabulary must have the config's `n_bins` pieces."""
+    from pocket_tts.modules.text_conditioner import build_tokenizer
+
+    if not path.is_file():
+        raise PhaseconvError(f"no such tokenizer file: {path}")
+    kind = "tokenizers" if path.suffix == ".json" else "sentencepiece"
+    try:
+        return build_tokenizer(n_bins, str(path), kind)
+    except AssertionError as error:  # pocket-tts asserts the vocabulary size
+        raise PhaseconvError(f"{path}: {error} (the config's n_bins)") from None
+    except Exception as error:
+        raise PhaseconvError(f"{path} is not a {kind} tokenizer: {type(error).__name__}: {error}") from None
+
+
+def build_tts(config: str = DEFAULT_TTS_CONFIG, weights: Path | None = None, tokenizer: Path | None = None, seed=0):
+    """pocket-tts's TTSModel for a shipped config, built by its own code: random weights (seeded) or
+    those of `weights` (the whole model's .safetensors: flow_lm.* and mimi.* keys), and the tokenizer
+    of `tokenizer` (none: the model can run but not read text)."""
+    _pocket_tts()
+    from pocket_tts.models.tts_model import TTSModel
+
+    settings = load_tts_config(config)
+    torch.manual_seed(seed)
+    # Its conditioner builds the tokenizer from the config's (hub) path: built here from the file given.
+    with mock.patch("pocket_tts.modules.text_conditioner.build_tokenizer", lambda *args, **kwargs: None):
+        tts = TTSModel._from_pydantic_config_with_weights(
+            settings, settings.default_temperature, 1, None, settings.default_eos_threshold
+        )
+    if weights is not None:
+        load_tts_weights(tts, weights, config)
+    if tokenizer is not None:
+        tts.flow_lm.conditioner.tokenizer = load_tokenizer(tokenizer, settings.flow_lm.lookup_table.n_bins)
+    return tts.eval()
+
+
+def load_tts_weights(tts: nn.Module, path: Path, config: str) -> None:
+    """The whole TTSModel state dict from `path` (what pocket-tts's `weights_path` points to)."""
+    import safetensors.torch
+
+    if not path.is_file():
+        raise PhaseconvError(f"no such weights file: {path}")
+    try:
+        state = safetensors.torch.load_file(path)
+    except Exception as error:
+        raise PhaseconvError(f"cannot read {path} as safetensors: {type(error).__name__}: {error}") from None
+    check_state(tts.state_dict(), state, path, config)
+    tts.load_state_dict(state, strict=True)
+
+
+class EmbedText(nn.Module):
+    def __init__(self, tts: nn.Module):
+        super().__init__()
+        self.conditioner = tts.flow_lm.conditioner
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.conditioner(tokens)
+
+
+class EncodeVoice(nn.Module):
+    """`TTSModel._encode_audio` and the BOS before the voice: audio [1, 1, F * frame] (already read,
+    resampled, ended on a pause and padded to whole frames as pocket-tts does) -> conditioning."""
+
+    def __init__(self, tts: nn.Module):
+        super().__init__()
+        mimi = tts.mimi
+        self.encoder, self.encoder_transformer = mimi.encoder, mimi.encoder_transformer
+        self.downsample = getattr(mimi, "downsample", None)
+        self.speaker_proj_weight = tts.flow_lm.speaker_proj_weight
+        self.bos_before_voice = tts.flow_lm.bos_before_voice if tts.flow_lm.insert_bos_before_voice else None
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        (embedding,) = self.encoder_transformer(self.encoder(audio, model_state=None), model_state=None)
+        if self.downsample is not None:
+            embedding = self.downsample(embedding, model_state=None)
+        conditioning = F.linear(embedding.transpose(-1, -2), self.speaker_proj_weight)
+        if self.bos_before_voice is not None:
+            conditioning = torch.cat([self.bos_before_voice, conditioning], dim=1)
+        return conditioning
+
+
+class Decode(nn.Module):
+    """The decoder step on the LM's latents, de-normalized as pocket-tts's decoder worker does."""
+
+    def __init__(self, tts: nn.Module, decoder: MimiStep):
+        super().__init__()
+        self.decoder = decoder
+        self.register_buffer("emb_std", tts.flow_lm.emb_std.detach().clone())
+        self.register_buffer("emb_mean", tts.flow_lm.emb_mean.detach().clone())
+
+    def forward(self, latent: torch.Tensor) -> torch.Tensor:
+        return self.decoder(latent * self.emb_std + self.emb_mean)
+
+
+class ResetDecoder(nn.Module):
+    """Every state buffer of the decoder back to its value before the first frame."""
+
+    def __init__(self, decoder: MimiStep):
+        super().__init__()
+        self.decoder = decoder
+        self.names = decoder.state_names()
+        # Plain tensors, which export lifts as constants: ExecuTorch takes a buffer written with another
+        # buffer's value for an in-place write (insert_write_back_for_buffers_pass) and drops the copy.
+        self.initial = [decoder.get_buffer(name).detach().clone() for name in self.names]
+
+    def forward(self) -> torch.Tensor:
+        for name, value in zip(self.names, self.initial):
+            self.decoder.get_buffer(name).copy_(value)
+        return torch.zeros(1)
+
+
+def settings_of(tts: nn.Module, config: str, capacity: int) -> dict:
+    """What the runner reads from the program: the config's generation and text settings."""
+    settings = tts.config
+    return {
+        "kind": "pocket-tts-tts",
+        "config": config,
+        "capacity": capacity,
+        "max_text_tokens": MAX_TEXT_TOKENS,
+        "n_bins": settings.flow_lm.lookup_table.n_bins,
+        "latent_dim": tts.flow_lm.ldim,
+        "sample_rate": tts.sample_rate,
+        "frame_rate": settings.mimi.frame_rate,
+        "frame_size": tts.mimi.frame_size,
+        "temperature": settings.default_temperature,
+        "eos_threshold": settings.default_eos_threshold,
+        "noise_clamp": tts.noise_clamp,
+        "frames_after_eos": settings.model_recommended_frames_after_eos,
+        "pad_with_spaces_for_short_inputs": settings.pad_with_spaces_for_short_inputs,
+        "remove_semicolons": settings.remove_semicolons,
+        "append_terminal_punctuation": settings.append_terminal_punctuation,
+        "capitalize_first_letter": settings.capitalize_first_letter,
+        "replace_characters": settings.replace_characters,
+    }
+
+
+@contextlib.contextmanager
+def _fresh_mask_cache():
+    """pocket-tts caches its causal masks in a module global; an export fills it with traced tensors."""
+    from pocket_tts.modules import attention
+
+    attention._CAUSAL_MASK_CACHE.clear()
+    try:
+        yield
+    finally:
+        attention._CAUSAL_MASK_CACHE.clear()
+
+
+def tts_programs(
+    tts: nn.Module,
+    config: str,
+    capacity: int = DEFAULT_CAPACITY,
+    quantize: str | None = None,
+    max_voice_seconds: float = 30.0,
+) -> tuple[dict[str, ExportedProgram], dict]:
+    """The exported methods of the text-to-speech program, and its settings; `quantize` (8da4w or
+    8da8w) quantizes the language model's linear layers."""
+    flow_lm = with_cache(tts.flow_lm, capacity)
+    if quantize is not None:
+        quantize_linears(flow_lm, quantize)
+    decoder = MimiStep(tts.mimi)
+    dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
+    max_frames = int(max_voice_seconds * tts.config.mimi.frame_rate)
+    tokens, voice = Dim("tokens", min=1, max=MAX_TEXT_TOKENS), Dim("frames", min=1, max=max_frames)
+    positions = Dim("positions", min=1, max=capacity)
+    one = torch.zeros(1)
+    methods = {
+        "embed_text": (EmbedText(tts), (torch.zeros(1, 5, dtype=torch.long),), ({1: tokens},)),
+        "encode_voice": (EncodeVoice(tts), (torch.zeros(1, 1, 4 * frame),), ({2: frame * voice},)),
+        "prompt": (
+            Prompt(flow_lm),
+            (torch.zeros(1, 5, dim), torch.arange(5)),
+            ({1: positions}, {0: positions}),
+        ),
+        "generate": (
+            Generate(flow_lm),
+            (torch.zeros(1, 1, ldim), one, torch.zeros(1, ldim), torch.zeros(1).long()),
+            None,
+        ),
+        "decode": (Decode(tts, decoder), (torch.zeros(1, 1, ldim),), None),
+        "reset_decoder": (ResetDecoder(decoder), (), None),
+        "clear_cache": (ClearCache(flow_lm), (), None),
+    }
+    programs = {}
+    with torch.no_grad(), _fresh_mask_cache():
+        for name, (module, inputs, dynamic_shapes) in methods.items():
+            programs[name] = torch.export.export(module.eval(), inputs, dynamic_shapes=dynamic_shapes)
+    assert capacity_of(flow_lm) == capacity
+    return programs, settings_of(tts, config, capacity) | {"quantize": quantize}
+
+
+def settings_json(settings: dict) -> str:
+    return json.dumps(settings, sort_keys=True)
+
+
+def lower_tts(
+    config: str,
+    weights: Path | None = None,
+    tokenizer: Path | None = None,
+    capacity: int = DEFAULT_CAPACITY,
+    quantize: str | None = None,
+    rewrite: bool = True,
+    external_constants: bool = False,
+    target: str = "any",
+):
+    """The text-to-speech program of a pocket-tts config, lowered: a LoweredProgram of its methods."""
+    from phaseconv.lowering import lower
+
+    if capacity < 16:
+        raise PhaseconvError(f"--capacity {capacity}: the language model needs room for a prompt and frames")
+    tts = build_tts(config, weights, tokenizer)
+    programs, settings = tts_programs(tts, config, capacity, quantize)
+    return lower(
+        programs,
+        rewrite=rewrite,
+        external_constants=external_constants,
+        target=target,
+        constant_methods={"settings": settings_json(settings)},
+    )

@@ -1,0 +1,259 @@
+"""Speak text through a text-to-speech program (`phaseconv lower pocket-tts-tts:CONFIG`), streamed.
+
+The runner does what pocket-tts's `TTSModel.generate_audio_stream` does, with every model call
+made by the program's methods (models/pocket_tts/program.py) and pocket-tts's own code for the
+rest: text normalization and chunking (`split_into_best_sentences`, `prepare_text_prompt`), the
+tokenizer, reading and resampling a voice prompt (`audio_read`, `convert_audio`, `end_on_pause`),
+the noise (normal, or truncated normal with `noise_clamp`, std sqrt(temperature)) and the
+end-of-speech rule (the EOS logit above the threshold, not before frame 6, then
+`frames_after_eos` more frames). Noise is drawn in pocket-tts's order from a generator seeded
+with `seed`, so the same seed gives the same audio, and pocket-tts's with `torch.manual_seed(seed)`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from phaseconv.errors import PhaseconvError
+
+METHODS = ("embed_text", "encode_voice", "prompt", "generate", "decode", "reset_decoder", "clear_cache", "settings")
+
+
+def _pocket_tts_text():
+    try:
+        from pocket_tts.models import text_chunking
+    except ImportError:
+        raise PhaseconvError("phaseconv tts reads text as pocket-tts does: `pip install pocket-tts`") from None
+    return text_chunking
+
+
+@dataclass
+class SpeechReport:
+    """What a listener notices: how soon the first audio comes, and what each frame costs."""
+
+    frames: int
+    chunks: int
+    sample_rate: int
+    samples_per_frame: int
+    load_ms: float
+    first_audio_ms: float  # from the text (and a voice prompt already encoded) to the first PCM frame
+    voice_ms: float  # encoding and prompting the voice, once per utterance
+    reset_ms: float  # the decoder's reset before a chunk (median)
+    eos_frames: list[int | None] = field(default_factory=list)  # per chunk: the frame EOS was seen at
+    capped_chunks: int = 0  # chunks stopped by the program's capacity, not by EOS or pocket-tts's maximum
+    lm_ms: list[float] = field(repr=False, default_factory=list)
+    decode_ms: list[float] = field(repr=False, default_factory=list)
+    prompt_ms: list[float] = field(repr=False, default_factory=list)
+    total_ms: float = 0.0
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.frames * self.samples_per_frame / self.sample_rate
+
+    @property
+    def real_time_factor(self) -> float:
+        """Generation time (text in to last PCM out, voice prompt excluded) over the audio's duration."""
+        return self.total_ms / 1e3 / self.audio_seconds if self.frames else math.inf
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        for name in ("lm_ms", "decode_ms", "prompt_ms"):
+            values = data.pop(name)
+            data[f"{name.removesuffix('_ms')}_median_ms"] = statistics.median(values) if values else None
+        return {**data, "audio_seconds": self.audio_seconds, "real_time_factor": self.real_time_factor}
+
+
+class SpeechProgram:
+    """A loaded text-to-speech program: its methods and the settings it carries."""
+
+    def __init__(self, path: Path):
+        from phaseconv.runtimes.executorch import LoadedProgram
+        from phaseconv.runtimes.pte import summarize_pte_file
+
+        summary = summarize_pte_file(path)  # a clear error for a file that is not a program
+        data_path = path.with_suffix(".ptd")
+        if summary.external_constants and not data_path.is_file():
+            raise PhaseconvError(
+                f"{path} keeps {summary.external_constants} constants in an external data file, and {data_path} "
+                "is missing: put it beside the program"
+            )
+        start = time.perf_counter()
+        self.program = LoadedProgram(path.read_bytes(), data_path if summary.external_constants else None)
+        self.load_ms = (time.perf_counter() - start) * 1e3
+        missing = [name for name in METHODS if name not in self.program.method_names]
+        if missing:
+            raise PhaseconvError(
+                f"{path} is not a text-to-speech program: it has no {', '.join(missing)} "
+                "(make one with `phaseconv lower pocket-tts-tts:CONFIG`)"
+            )
+        self.settings = json.loads(self.program.run((), "settings")[0])
+
+    def __getattr__(self, method: str) -> Callable:
+        if method not in METHODS:
+            raise AttributeError(method)
+        return lambda *inputs: self.program.run(inputs, method)
+
+
+class Voice:
+    """A voice prompt read as pocket-tts reads one: mono, resampled, ended on a pause, whole frames."""
+
+    def __init__(self, path: Path, sample_rate: int, frame_size: int, max_frames: int):
+        from pocket_tts.data.audio import audio_read
+        from pocket_tts.data.audio_utils import convert_audio, end_on_pause
+        from pocket_tts.modules.conv import pad_for_conv1d
+
+        if not path.is_file():
+            raise PhaseconvError(f"no such voice file: {path}")
+        try:
+            audio, rate = audio_read(path)
+        except Exception as error:
+            raise PhaseconvError(f"{path} is not audio pocket-tts can read: {type(error).__name__}: {error}") from None
+        if audio.numel() == 0:
+            raise PhaseconvError(f"{path} holds no audio")
+        audio = end_on_pause(convert_audio(audio, rate, sample_rate, 1), sample_rate)
+        self.audio = pad_for_conv1d(audio[None], frame_size, frame_size)
+        if self.audio.shape[-1] > max_frames * frame_size:
+            raise PhaseconvError(
+                f"{path} is {self.audio.shape[-1] / sample_rate:.1f} s long; the program encodes voice prompts "
+                f"of up to {max_frames * frame_size / sample_rate:.0f} s: cut it shorter"
+            )
+
+
+class Speaker:
+    """Text to PCM through a SpeechProgram, in pocket-tts's order of calls (see the module docstring)."""
+
+    def __init__(self, program: SpeechProgram, tokenizer_path: Path, temperature: float | None = None, seed: int = 0):
+        from pocket_tts.models.tts_model import TTSModel
+
+        from phaseconv.models.pocket_tts.program import load_tokenizer
+
+        self.program, self.settings = program, program.settings
+        self.tokenizer = load_tokenizer(tokenizer_path, self.settings["n_bins"])
+        self.temperature = self.settings["temperature"] if temperature is None else temperature
+        if self.temperature < 0:
+            raise PhaseconvError(f"the temperature must be 0 or more, got {self.temperature}")
+        self.generator = torch.Generator().manual_seed(seed)
+        self.min_frames_before_eos = TTSModel._MIN_FRAMES_BEFORE_EOS
+        self.voice_positions = 0  # the positions the voice prompt holds
+
+    def noise(self) -> torch.Tensor:
+        """One draw of the flow's starting point, as FlowLMModel.forward draws it."""
+        noise = torch.empty(1, self.settings["latent_dim"])
+        std, clamp = self.temperature**0.5, self.settings["noise_clamp"]
+        if clamp is None:
+            return noise.normal_(0.0, std, generator=self.generator)
+        return torch.nn.init.trunc_normal_(noise, 0.0, std, -clamp, clamp, generator=self.generator)
+
+    def prompt(self, embeddings: torch.Tensor, first: int) -> None:
+        """Conditioning into the cache at first, first + 1, ...; a prompt call draws noise in pocket-tts."""
+        count = embeddings.shape[1]
+        if first + count > self.settings["capacity"]:
+            raise PhaseconvError(
+                f"the prompt needs positions up to {first + count}; the program holds {self.settings['capacity']} "
+                "(lower it with a larger --capacity, or use a shorter voice prompt)"
+            )
+        self.program.prompt(embeddings, torch.arange(first, first + count))
+        self.noise()
+
+    def set_voice(self, voice: Voice | None) -> float:
+        """Prompt the voice (none: the model's unconditioned start); returns the milliseconds it took."""
+        start = time.perf_counter()
+        self.program.clear_cache()  # the cache holds numbers from here on (see program.py)
+        self.voice_positions = 0
+        if voice is not None:
+            (conditioning,) = self.program.encode_voice(voice.audio)
+            self.prompt(conditioning, 0)
+            self.voice_positions = conditioning.shape[1]
+        return (time.perf_counter() - start) * 1e3
+
+    def chunks(self, text: str) -> list[tuple[str, int]]:
+        """The text as pocket-tts splits and prepares it: (prepared chunk, frames to generate after EOS)."""
+        from pocket_tts.default_parameters import MAX_TOKEN_PER_CHUNK
+
+        text_chunking, s = _pocket_tts_text(), self.settings
+        options = (
+            s["pad_with_spaces_for_short_inputs"],
+            s["remove_semicolons"],
+            s["append_terminal_punctuation"],
+            s["capitalize_first_letter"],
+            s["replace_characters"],
+        )
+        if not text.strip():
+            raise PhaseconvError("the text is empty")
+        try:
+            pieces = text_chunking.split_into_best_sentences(self.tokenizer, text, MAX_TOKEN_PER_CHUNK, *options)
+        except ValueError as error:  # pocket-tts: "Text prompt cannot be empty" (all characters removed)
+            raise PhaseconvError(f"nothing to say in {text!r}: {error}") from None
+        prepared = []
+        for piece in pieces:
+            chunk, guess = text_chunking.prepare_text_prompt(piece, *options)
+            after = s["frames_after_eos"] if s["frames_after_eos"] is not None else guess + 2
+            prepared.append((chunk, after))
+        return prepared
+
+    def speak(self, text: str, on_frame: Callable[[torch.Tensor], None], report: SpeechReport) -> None:
+        """Generate and decode every chunk of `text`, handing each frame's samples to `on_frame`."""
+        settings = self.settings
+        started = time.perf_counter()
+        for chunk, frames_after_eos in self.chunks(text):
+            tokens = self.tokenizer(chunk)
+            if tokens.shape[1] > settings["max_text_tokens"]:
+                raise PhaseconvError(
+                    f"a sentence of {tokens.shape[1]} tokens; the program reads at most {settings['max_text_tokens']} "
+                    "at once: split it with punctuation"
+                )
+            start = time.perf_counter()
+            (embeddings,) = self.program.embed_text(tokens)
+            self.prompt(embeddings, self.voice_positions)
+            report.prompt_ms.append((time.perf_counter() - start) * 1e3)
+            start = time.perf_counter()
+            self.program.reset_decoder()
+            report.reset_ms = (time.perf_counter() - start) * 1e3
+            first = self.voice_positions + tokens.shape[1]
+            self._generate(first, frames_after_eos, tokens.shape[1], on_frame, report, started)
+            report.chunks += 1
+        report.total_ms = (time.perf_counter() - started) * 1e3
+
+    def _generate(self, first, frames_after_eos, token_count, on_frame, report, started) -> None:
+        """pocket-tts's `_autoregressive_generation` and decoder worker, one frame after the other."""
+        settings = self.settings
+        limit = math.ceil((token_count / 3.0 + 2.0) * settings["frame_rate"])  # TTSModel._estimate_max_gen_len
+        room = settings["capacity"] - first
+        latent, start_flag = torch.zeros(1, 1, settings["latent_dim"]), torch.ones(1)
+        fade = torch.linspace(0, 1, settings["sample_rate"] // 200)  # the decoder worker's 5 ms fade-in
+        eos_frame = None
+        for step in range(min(limit, room)):
+            begin = time.perf_counter()
+            latent, eos_logit = self.program.generate(latent, start_flag, self.noise(), torch.tensor([first + step]))
+            report.lm_ms.append((time.perf_counter() - begin) * 1e3)
+            if (
+                float(eos_logit) > settings["eos_threshold"]
+                and eos_frame is None
+                and step >= self.min_frames_before_eos
+            ):
+                eos_frame = step
+            if eos_frame is not None and step >= eos_frame + frames_after_eos:
+                break
+            begin = time.perf_counter()
+            (pcm,) = self.program.decode(latent)
+            report.decode_ms.append((time.perf_counter() - begin) * 1e3)
+            pcm = pcm.reshape(-1)
+            if step == 0:
+                pcm[: fade.numel()] *= fade
+            if report.frames == 0:
+                report.first_audio_ms = (time.perf_counter() - started) * 1e3
+            report.frames += 1
+            on_frame(pcm)
+            start_flag = torch.zeros(1)
+        else:
+            if room < limit and eos_frame is None:
+                report.capped_chunks += 1
+        report.eos_frames.append(eos_frame)

@@ -1,0 +1,87 @@
+"""pocket-tts's flow language model as prompt and generate steps over a fixed KV cache: the same
+latents and EOS logits as pocket-tts's own streaming generation, in eager PyTorch."""
+
+import pytest
+import torch
+
+from phaseconv.models.pocket_tts.language_model import (
+    MASKED,
+    Generate,
+    Prompt,
+    attention_masks,
+    quantize_linears,
+    with_cache,
+)
+from phaseconv.models.pocket_tts.program import EmbedText, EncodeVoice, build_tts
+
+pytest.importorskip("pocket_tts")
+
+FRAMES = 12
+# one config per flow head: pointwise (with grouped-query attention), drifting, lsd
+CONFIGS = ["english_2m_2026-10", "english_18m_2026-10", "english_2026-09"]
+
+
+def pocket_tts_frames(tts, conditioning, tokens, frames):
+    """pocket-tts's calls: the voice prompt, the text prompt, then one frame per call (temperature 0)."""
+    from pocket_tts.modules.stateful_module import increment_steps, init_states
+
+    flow_lm = tts.flow_lm
+    state = init_states(flow_lm, batch_size=1, sequence_length=conditioning.shape[1])
+    tts._run_flow_lm_and_increment_step(model_state=state, audio_conditioning=conditioning)
+    tts._expand_kv_cache(state, conditioning.shape[1] + tokens.shape[1] + frames)
+    tts._run_flow_lm_and_increment_step(model_state=state, text_tokens=tokens)
+    sequence, results = torch.full((1, 1, flow_lm.ldim), float("nan")), []
+    for _ in range(frames):
+        empty_text, empty_audio = torch.zeros((1, 0), dtype=torch.long), torch.empty((1, 0, flow_lm.dim))
+        sequence, eos = tts._run_flow_lm(
+            model_state=state,
+            text_tokens=empty_text,
+            backbone_input_latents=sequence,
+            audio_conditioning=empty_audio,
+        )
+        increment_steps(flow_lm, state, increment=1)
+        results.append((sequence, eos))
+    return results
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@torch.no_grad()
+def test_steps_give_pocket_tts_latents(config):
+    tts = build_tts(config)
+    tts.temp = 0.0
+    audio = torch.randn(1, 1, 3 * 1920, generator=torch.Generator().manual_seed(0)) * 0.1
+    conditioning = EncodeVoice(tts)(audio)
+    tokens = torch.randint(0, 4000, (1, 9), generator=torch.Generator().manual_seed(1))
+    expected = pocket_tts_frames(tts, conditioning, tokens, FRAMES)
+
+    flow_lm = with_cache(tts.flow_lm, capacity=64)
+    prompt, generate = Prompt(flow_lm), Generate(flow_lm)
+    voice, text = conditioning.shape[1], tokens.shape[1]
+    prompt(conditioning, torch.arange(voice))
+    prompt(EmbedText(tts)(tokens), torch.arange(voice, voice + text))
+    latent, start = torch.zeros(1, 1, flow_lm.ldim), torch.ones(1)
+    for step, (wanted, eos) in enumerate(expected):
+        position = torch.tensor([voice + text + step])
+        latent, eos_logit = generate(latent, start, torch.zeros(1, flow_lm.ldim), position)
+        start = torch.zeros(1)
+        torch.testing.assert_close(latent, wanted, rtol=1e-4, atol=1e-5)
+        assert bool(eos_logit > tts.eos_threshold) == bool(eos)
+
+
+def test_masks_follow_pocket_tts_rule():
+    """A token at position p attends to the keys at positions <= p: cached slots before the call's first
+    position, and its own and earlier keys of the call."""
+    cached, own = attention_masks(torch.tensor([3.0]), steps=3, capacity=6)
+    masked = float(torch.tensor(MASKED))
+    assert cached.tolist() == [[0, 0, 0, masked, masked, masked]]
+    assert own.tolist() == [[0, masked, masked], [0, 0, masked], [0, 0, 0]]
+
+
+def test_quantization_covers_the_transformer_and_the_flow_head():
+    from torchao.utils import TorchAOBaseTensor
+
+    flow_lm = with_cache(build_tts("english_2m_2026-10").flow_lm, capacity=16)
+    quantize_linears(flow_lm, "8da4w")
+    linears = {name: m for name, m in flow_lm.named_modules() if isinstance(m, torch.nn.Linear)}
+    quantized = {name for name, m in linears.items() if isinstance(m.weight, TorchAOBaseTensor)}
+    assert quantized == {name for name in linears if name.startswith(("transformer.", "flow_net."))}
