@@ -542,7 +542,10 @@ def tts(
         None, "--temperature", help="noise scale; 0: deterministic (default: the config's)"
     ),
     seed: int = typer.Option(0, "--seed", help="the noise's seed: the same seed, the same audio"),
-    threads: int = typer.Option(1, "--threads", min=1, help="XNNPACK threads"),
+    threads: int = typer.Option(1, "--threads", min=1, help="XNNPACK threads (per process with --pipeline)"),
+    pipeline: bool = typer.Option(
+        False, "--pipeline", help="decode in a second process while the language model generates the next frame"
+    ),
     pcm: bool = typer.Option(False, "--pcm", help="write 16-bit mono PCM to stdout as each frame is decoded"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write a WAV file"),
     json_path: Path | None = typer.Option(None, "--json", help="write the summary as JSON"),
@@ -554,7 +557,7 @@ def tts(
     from phaseconv.lowering import require_folder, write_atomically
     from phaseconv.runtimes.executorch import set_threads
     from phaseconv.stream import to_pcm16, write_wav
-    from phaseconv.tts import Speaker, SpeechProgram, SpeechReport, Voice
+    from phaseconv.tts import DecoderProcess, Speaker, SpeechProgram, SpeechReport, Voice
 
     if pcm == (output is not None):
         raise PhaseconvError("say where the audio goes: either --pcm (stdout) or -o out.wav")
@@ -563,6 +566,9 @@ def tts(
             require_folder(path)
     if not text.strip():
         raise PhaseconvError("the text is empty")
+    for path, what in ((tokenizer, "tokenizer"), (voice, "voice")):
+        if path is not None and not path.is_file():
+            raise PhaseconvError(f"no such {what} file: {path}")
     with parked_stderr(not state["debug"]):  # the runtime's CPU probing on load
         set_threads(threads)
         speech = SpeechProgram(program)
@@ -582,17 +588,23 @@ def tts(
         else:
             chunks.append(data)
 
-    speaker.speak(text, deliver, report)
+    if pipeline:
+        with parked_stderr(not state["debug"]):
+            decoder = DecoderProcess(program, threads)
+        speaker.speak(text, deliver, report, decoder)
+        decoder.close()
+    else:
+        speaker.speak(text, deliver, report)
     if output is not None:
         write_wav(output, b"".join(chunks), report.sample_rate)
+    summary = report.to_dict() | {"threads": threads, "pipeline": pipeline}
     if json_path is not None:
-        write_atomically(json_path, json.dumps(report.to_dict() | {"threads": threads}, indent=2).encode())
-    summary = report.to_dict()
+        write_atomically(json_path, json.dumps(summary, indent=2).encode())
     Console(stderr=True).print(
         f"{report.frames} frames ({report.audio_seconds:.2f} s of audio, {report.chunks} chunk(s)) at {threads} "
-        f"thread(s): first audio {report.first_audio_ms:.1f} ms after the text, per frame median LM "
-        f"{summary['lm_median_ms']:.2f} ms + decoder {summary['decode_median_ms']:.2f} ms, "
-        f"real-time factor {report.real_time_factor:.3f}"
+        f"thread(s){', decoder in a second process' if pipeline else ''}: first audio {report.first_audio_ms:.1f} "
+        f"ms after the text, per frame median LM {summary['lm_median_ms']:.2f} ms + decoder "
+        f"{summary['decode_median_ms']:.2f} ms, real-time factor {report.real_time_factor:.3f}"
         + (f"; {report.capped_chunks} chunk(s) stopped at the program's capacity" if report.capped_chunks else ""),
         soft_wrap=True,
         highlight=False,
@@ -677,11 +689,6 @@ def demo(
 def main() -> None:
     try:
         app(standalone_mode=False)
-    except BrokenPipeError:  # `--pcm | head -c 1000`: the reader has what it wanted; a quiet exit
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at shutdown
-        sys.exit(0)
     except PhaseconvError as error:
         if state["debug"]:
             raise

@@ -72,9 +72,10 @@ class SpeechReport:
 
 
 class SpeechProgram:
-    """A loaded text-to-speech program: its methods and the settings it carries."""
+    """A loaded text-to-speech program: its methods (`methods`: those to load, default all) and the
+    settings it carries."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, methods=None):
         from phaseconv.runtimes.executorch import LoadedProgram
         from phaseconv.runtimes.pte import summarize_pte_file
 
@@ -86,9 +87,10 @@ class SpeechProgram:
                 "is missing: put it beside the program"
             )
         start = time.perf_counter()
-        self.program = LoadedProgram(path.read_bytes(), data_path if summary.external_constants else None)
+        data = data_path if summary.external_constants else None
+        self.program = LoadedProgram(path.read_bytes(), data, methods=methods)
         self.load_ms = (time.perf_counter() - start) * 1e3
-        missing = [name for name in METHODS if name not in self.program.method_names]
+        missing = [name for name in METHODS if name not in self.program.all_methods]
         if missing:
             raise PhaseconvError(
                 f"{path} is not a text-to-speech program: it has no {', '.join(missing)} "
@@ -199,10 +201,25 @@ class Speaker:
             prepared.append((chunk, after))
         return prepared
 
-    def speak(self, text: str, on_frame: Callable[[torch.Tensor], None], report: SpeechReport) -> None:
-        """Generate and decode every chunk of `text`, handing each frame's samples to `on_frame`."""
+    def speak(self, text: str, on_frame: Callable[[torch.Tensor], None], report: SpeechReport, decoder=None) -> None:
+        """Generate and decode every chunk of `text`, handing each frame's samples to `on_frame`; the
+        decoder is the program's own (frame after frame) unless another is given (DecoderProcess)."""
         settings = self.settings
         started = time.perf_counter()
+        decoder = decoder or InlineDecoder(self.program)
+        fade = torch.linspace(0, 1, settings["sample_rate"] // 200)  # the decoder worker's 5 ms fade-in
+
+        def deliver(pcm: torch.Tensor, first_of_chunk: bool, decode_ms: float) -> None:
+            pcm = pcm.reshape(-1)
+            if first_of_chunk:
+                pcm[: fade.numel()] *= fade
+            if report.frames == 0:
+                report.first_audio_ms = (time.perf_counter() - started) * 1e3
+            report.frames += 1
+            report.decode_ms.append(decode_ms)
+            on_frame(pcm)
+
+        decoder.start(deliver)
         for chunk, frames_after_eos in self.chunks(text):
             tokens = self.tokenizer(chunk)
             if tokens.shape[1] > settings["max_text_tokens"]:
@@ -214,21 +231,19 @@ class Speaker:
             (embeddings,) = self.program.embed_text(tokens)
             self.prompt(embeddings, self.voice_positions)
             report.prompt_ms.append((time.perf_counter() - start) * 1e3)
-            start = time.perf_counter()
-            self.program.reset_decoder()
-            report.reset_ms = (time.perf_counter() - start) * 1e3
+            report.reset_ms = decoder.reset()
             first = self.voice_positions + tokens.shape[1]
-            self._generate(first, frames_after_eos, tokens.shape[1], on_frame, report, started)
+            self._generate(first, frames_after_eos, tokens.shape[1], decoder, report)
             report.chunks += 1
+        decoder.finish()
         report.total_ms = (time.perf_counter() - started) * 1e3
 
-    def _generate(self, first, frames_after_eos, token_count, on_frame, report, started) -> None:
-        """pocket-tts's `_autoregressive_generation` and decoder worker, one frame after the other."""
+    def _generate(self, first, frames_after_eos, token_count, decoder, report) -> None:
+        """pocket-tts's `_autoregressive_generation`: each latent handed to the decoder as it comes."""
         settings = self.settings
         limit = math.ceil((token_count / 3.0 + 2.0) * settings["frame_rate"])  # TTSModel._estimate_max_gen_len
         room = settings["capacity"] - first
         latent, start_flag = torch.zeros(1, 1, settings["latent_dim"]), torch.ones(1)
-        fade = torch.linspace(0, 1, settings["sample_rate"] // 200)  # the decoder worker's 5 ms fade-in
         eos_frame = None
         for step in range(min(limit, room)):
             begin = time.perf_counter()
@@ -242,18 +257,112 @@ class Speaker:
                 eos_frame = step
             if eos_frame is not None and step >= eos_frame + frames_after_eos:
                 break
-            begin = time.perf_counter()
-            (pcm,) = self.program.decode(latent)
-            report.decode_ms.append((time.perf_counter() - begin) * 1e3)
-            pcm = pcm.reshape(-1)
-            if step == 0:
-                pcm[: fade.numel()] *= fade
-            if report.frames == 0:
-                report.first_audio_ms = (time.perf_counter() - started) * 1e3
-            report.frames += 1
-            on_frame(pcm)
+            decoder.decode(latent, first_of_chunk=step == 0)
             start_flag = torch.zeros(1)
         else:
             if room < limit and eos_frame is None:
                 report.capped_chunks += 1
         report.eos_frames.append(eos_frame)
+
+
+class InlineDecoder:
+    """The program's decoder called after each latent, in this thread: generation waits for it."""
+
+    def __init__(self, program: SpeechProgram):
+        self.program = program
+
+    def start(self, deliver: Callable[[torch.Tensor, bool, float], None]) -> None:
+        self.deliver = deliver
+
+    def reset(self) -> float:
+        """The decoder's state to its start (a new chunk); returns the milliseconds it took."""
+        begin = time.perf_counter()
+        self.program.reset_decoder()
+        return (time.perf_counter() - begin) * 1e3
+
+    def decode(self, latent: torch.Tensor, first_of_chunk: bool) -> None:
+        begin = time.perf_counter()
+        (pcm,) = self.program.decode(latent)
+        self.deliver(pcm, first_of_chunk, (time.perf_counter() - begin) * 1e3)
+
+    def finish(self) -> None:
+        pass
+
+
+class DecoderProcess:
+    """The program's decoder in a second process (the same file, loaded again), fed each latent over a
+    pipe while this process generates the next: the language model and the decoder run at once, on two
+    cores, as pocket-tts's own streaming runs them on two threads. (ExecuTorch's Python bindings hold the
+    interpreter lock while a method runs, so a second thread here would not overlap with the first.)"""
+
+    def __init__(self, path: Path, threads: int = 1):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # a fresh runtime: its thread pool sized before a load
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_decode_latents, args=(str(path), threads, child), daemon=True)
+        self.process.start()
+        child.close()
+        if self.connection.recv() != "ready":
+            raise PhaseconvError(f"the decoder process could not load {path}")
+
+    def start(self, deliver: Callable[[torch.Tensor, bool, float], None]) -> None:
+        import threading
+
+        self.pending = 0
+        self.done = threading.Condition()
+        self.receiver = threading.Thread(target=self._receive, args=(deliver,), daemon=True)
+        self.receiver.start()
+
+    def _receive(self, deliver) -> None:
+        while True:
+            message = self.connection.recv()
+            if message is None:
+                return
+            pcm, first_of_chunk, decode_ms = message
+            deliver(torch.from_numpy(pcm), first_of_chunk, decode_ms)
+            with self.done:
+                self.pending -= 1
+                self.done.notify()
+
+    def reset(self) -> float:
+        self.connection.send(("reset", None, False))
+        return 0.0  # done by the other process, between two frames it decodes
+
+    def decode(self, latent: torch.Tensor, first_of_chunk: bool) -> None:
+        with self.done:
+            self.pending += 1
+        self.connection.send(("decode", latent.numpy(), first_of_chunk))
+
+    def finish(self) -> None:
+        """Wait until every frame sent is delivered."""
+        with self.done:
+            self.done.wait_for(lambda: self.pending == 0)
+
+    def close(self) -> None:
+        self.connection.send(("stop", None, False))
+        self.receiver.join()
+        self.process.join()
+
+
+def _decode_latents(path: str, threads: int, connection) -> None:
+    """The decoder process: reset and decode as told, each frame's PCM sent back as it is decoded."""
+    from phaseconv.errors import parked_stderr
+    from phaseconv.runtimes.executorch import set_threads
+
+    with parked_stderr():  # the runtime's CPU probing on load
+        set_threads(threads)
+        program = SpeechProgram(Path(path), methods=("decode", "reset_decoder", "settings"))
+    program.reset_decoder()
+    connection.send("ready")
+    while True:
+        command, latent, first_of_chunk = connection.recv()
+        if command == "stop":
+            connection.send(None)
+            return
+        if command == "reset":
+            program.reset_decoder()
+            continue
+        begin = time.perf_counter()
+        (pcm,) = program.decode(torch.from_numpy(latent))
+        connection.send((pcm.reshape(-1).numpy(), first_of_chunk, (time.perf_counter() - begin) * 1e3))

@@ -77,7 +77,7 @@ def to_xnnpack(
             stack.enter_context(declared_ranges_kept(program))
         stack.enter_context(chains)
         edge = to_edge_transform_and_lower(
-            programs if isinstance(ep, dict) else ep,
+            programs if isinstance(ep, dict) else programs["forward"],
             partitioner=[XnnpackPartitioner(configs=configs)],
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
             constant_methods=constant_methods,
@@ -144,12 +144,15 @@ class LoadedProgram:
     all are initialized before any runs.
     With `weight_cache` (XNNPACK's `weight_cache_enabled`), operators that read the same constant
     share one packed copy: an unrolled LSTM's steps read one recurrent weight, which stays in cache,
-    instead of one private copy per step streamed from memory; methods that read one weight share it."""
+    instead of one private copy per step streamed from memory; methods that read one weight share it.
+    `methods`: the names of the methods to initialize (default: all of them)."""
 
-    def __init__(self, buffer: bytes, data_path: str | Path | None = None, weight_cache: bool = True):
+    def __init__(self, buffer: bytes, data_path: str | Path | None = None, weight_cache: bool = True, methods=None):
         self._buffer = bytes(buffer)
         self._program = load_program(self._buffer, weight_cache, data_path=data_path)
-        self._methods = {name: self._program.load_method(name) for name in sorted(self._program.method_names)}
+        self.all_methods = sorted(self._program.method_names)
+        chosen = self.all_methods if methods is None else [name for name in self.all_methods if name in methods]
+        self._methods = {name: self._program.load_method(name) for name in chosen}
         # Planned sizes: a dynamic size is planned for the longest of its declared range.
         self._largest = {
             name: [tuple(method.metadata.input_tensor_meta(i).sizes()) for i in range(method.metadata.num_inputs())]

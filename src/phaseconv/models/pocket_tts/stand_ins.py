@@ -1,11 +1,13 @@
-"""A stand-in tokenizer for pocket-tts models with random weights, made here in about a second.
+"""Stand-ins for the files a pocket-tts model reads, for models with random weights: a tokenizer and
+a voice prompt, made here in about a second.
 
 pocket-tts's tokenizers live on a hub this machine does not reach, and a model with random weights
 reads any text equally badly: what matters is that the tokenizer has exactly the config's `n_bins`
 pieces (pocket-tts asserts it) and knows every character of the text, so that the runner and
 pocket-tts split and read the text the same way. Trained on pseudo-English (words of random
 syllables, every ASCII letter, digit and punctuation mark), as a sentencepiece `.model` or as a
-tokenizers `.json`, the two kinds the shipped configs use.
+tokenizers `.json`, the two kinds the shipped configs use. The voice is a synthesized buzz: any
+audio conditions a random model as well as speech would.
 """
 
 from __future__ import annotations
@@ -81,3 +83,20 @@ def _train_tokenizers(path: Path, n_bins: int) -> None:
     if tokenizer.get_vocab_size() != n_bins:
         raise PhaseconvError(f"the stand-in corpus gave {tokenizer.get_vocab_size()} pieces, not {n_bins}")
     tokenizer.save(str(path))
+
+
+def stand_in_voice(path: Path, seconds: float = 2.5, rate: int = 16000) -> Path:
+    """A buzz with a tremolo, then 0.3 s of silence: 16-bit mono WAV at `rate` (resampled when read)."""
+    import wave
+
+    import numpy as np
+
+    t = np.arange(int(rate * seconds)) / rate
+    signal = 0.3 * np.sin(2 * np.pi * 140 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    signal = np.concatenate([signal, np.zeros(int(rate * 0.3))])
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((signal * 32767).astype("<i2").tobytes())
+    return path

@@ -1,0 +1,329 @@
+"""Text to speech end to end: pocket-tts's whole model as one ExecuTorch program (phaseconv lower
+pocket-tts-tts:CONFIG, spoken by phaseconv's runner) against pocket-tts's own eager generation.
+
+    python benchmarks/tts.py [--configs english_2m_2026-10,english_18m_2026-10,english_2026-09]
+                             [--threads 1,2] [--quantize english_2026-09=8da4w] [--runs 3]
+                             [--json results/tts.json]
+
+Per config and thread count (one worker process each: XNNPACK's pool is sized before any load):
+random weights (seeded), a stand-in tokenizer of the config's n_bins pieces and a synthesized voice
+prompt (models/pocket_tts/tokenizer.py; the hub is out of reach). The program is lowered fp32 and,
+where --quantize asks, with the language model's linears in 8da4w or 8da8w. The same texts are
+then spoken, one run of each variant in turn:
+
+- pocket-tts eager: `TTSModel.generate_audio_stream`, its language model and its decoder on two
+  threads (torch at the worker's thread count, as pocket-tts sets it);
+- eager LM + phaseconv decoder: pocket-tts's language model in eager, each frame decoded by the
+  program's `decode` (what the decoder step alone gives);
+- phaseconv program: the runner, every model call an ExecuTorch method, one call after the other.
+
+With random weights the end-of-speech logit is meaningless: it is disabled (threshold +inf) for every
+variant, so each speaks pocket-tts's maximum number of frames for the text, (tokens / 3 + 2) s.
+Reported per run: frames, time to first audio from the text (the voice prompt, once per voice, is
+timed apart), real-time factor (generation time over audio duration), per-frame medians of the LM
+and decoder calls. Then, for each program, resident memory in a fresh process that only loads it
+and speaks one sentence (XNNPACK's weight cache on, as the runner loads), against its file size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.workers import save_results, worker_rows  # noqa: E402
+
+console = Console(width=200)
+TEXTS = {
+    "10 words": "The quick brown fox jumps over the lazy dog twice today.",
+    "3 sentences": (
+        "Small models can speak in real time on a phone. They generate one frame every eighty "
+        "milliseconds. This sentence is the last of three."
+    ),
+}
+DEFAULT_CONFIGS = "english_2m_2026-10,english_18m_2026-10,english_2026-09"
+
+
+def resident_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def memory_worker(program: Path, tokenizer: Path) -> None:
+    """In a fresh process: resident memory before the load, after it, and after one sentence."""
+    from phaseconv.runtimes.executorch import set_threads
+
+    set_threads(1)
+    from phaseconv.tts import Speaker, SpeechProgram, SpeechReport
+
+    before = resident_mib()
+    speech = SpeechProgram(program)
+    loaded = resident_mib()
+    speaker = Speaker(speech, tokenizer, 0.0)
+    speaker.set_voice(None)
+    speaker.speak(TEXTS["10 words"], lambda pcm: None, SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0))
+    spoken = resident_mib()
+    print(json.dumps({"load_mib": loaded - before, "first_utterance_mib": spoken - before}))
+
+
+class EagerLmProgramDecoder:
+    """pocket-tts's language model in eager (its own prompting and sampling code), each latent decoded
+    by the program's `decode` method: the decoder half alone, frame after frame in one thread."""
+
+    def __init__(self, tts, speech):
+        self.tts, self.speech = tts, speech
+
+    def speak(self, voice_state, text: str, on_frame) -> None:
+        import copy
+
+        import torch
+        from pocket_tts.models import text_chunking
+
+        tts = self.tts
+        options = (
+            tts.pad_with_spaces_for_short_inputs,
+            tts.remove_semicolons,
+            tts.append_terminal_punctuation,
+            tts.capitalize_first_letter,
+            tts.replace_characters,
+        )
+        tokenizer = tts.flow_lm.conditioner.tokenizer
+        for piece in text_chunking.split_into_best_sentences(tokenizer, text, 50, *options):
+            chunk, _ = text_chunking.prepare_text_prompt(piece, *options)
+            state = copy.deepcopy(voice_state)
+            prepared = tts.flow_lm.conditioner.prepare(chunk)
+            limit = tts._estimate_max_gen_len(prepared.shape[1])
+            tts._expand_kv_cache(state, tts._flow_lm_current_end(state) + prepared.shape[1] + limit)
+            with torch.no_grad():
+                tts._run_flow_lm_and_increment_step(model_state=state, text_tokens=prepared)
+                self.speech.reset_decoder()
+                latent = torch.full((1, 1, tts.flow_lm.ldim), float("nan"))
+                for _ in range(limit):  # EOS disabled: pocket-tts's maximum
+                    latent, _ = tts._run_flow_lm_and_increment_step(model_state=state, backbone_input_latents=latent)
+                    on_frame(self.speech.decode(latent)[0])
+
+
+def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> None:
+    from phaseconv.runtimes.executorch import set_threads
+
+    set_threads(threads)  # before any program is loaded
+    import torch
+
+    from phaseconv.models.pocket_tts.program import build_tts
+    from phaseconv.tts import Speaker, SpeechProgram, SpeechReport, Voice
+
+    torch.set_num_threads(threads)
+    tokenizer, wav = folder / "tokenizer.model", folder / "voice.wav"
+    tts = build_tts(config, tokenizer=tokenizer)
+    tts.temp, tts.eos_threshold = 0.0, math.inf
+    voice_state = tts.get_state_for_audio_prompt(wav)
+    programs = json.loads((folder / "programs.json").read_text())
+    loaded = {name: SpeechProgram(Path(path)) for name, (path, _) in programs.items()}
+    speakers = {}
+    for name, speech in loaded.items():
+        speaker = Speaker(speech, tokenizer, 0.0)
+        speaker.settings = {**speaker.settings, "eos_threshold": math.inf}
+        speaker.set_voice(Voice(wav, speech.settings["sample_rate"], speech.settings["frame_size"], 375))
+        speakers[name] = speaker
+    hybrid = EagerLmProgramDecoder(tts, loaded["phaseconv program"])
+    rows = []
+    for label, text in TEXTS.items():
+        for run in range(runs):
+            for name in ("pocket-tts eager", "eager LM + phaseconv decoder", *speakers):
+                frames, first, started = [], [], time.perf_counter()
+
+                def on_frame(pcm, frames=frames, first=first, started=started):
+                    if not first:
+                        first.append((time.perf_counter() - started) * 1e3)
+                    frames.append(pcm.numel())
+
+                report = None
+                if name == "pocket-tts eager":
+                    for chunk in tts.generate_audio_stream(voice_state, text):
+                        on_frame(chunk)
+                elif name == "eager LM + phaseconv decoder":
+                    hybrid.speak(voice_state, text, on_frame)
+                else:
+                    speaker = speakers[name]
+                    report = SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0)
+                    speaker.speak(text, on_frame, report)
+                total = (time.perf_counter() - started) * 1e3
+                seconds = sum(frames) / 24000
+                rows.append(
+                    {
+                        "config": config,
+                        "threads": threads,
+                        "text": label,
+                        "run": run,
+                        "variant": name,
+                        "audio_seconds": seconds,
+                        "first_audio_ms": first[0],
+                        "total_ms": total,
+                        "real_time_factor": total / 1e3 / seconds,
+                        "lm_median_ms": statistics.median(report.lm_ms) if report else None,
+                        "decode_median_ms": statistics.median(report.decode_ms) if report else None,
+                        "prompt_median_ms": statistics.median(report.prompt_ms) if report else None,
+                    }
+                )
+                print(f"{label} {run} {name}", flush=True)
+    for name, (path, lowering_s) in programs.items() if threads == 1 else ():  # memory: once per program
+        command = [sys.executable, __file__, "--memory", path, "--tokenizer", str(tokenizer)]
+        memory = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+        rows.append(
+            {
+                "config": config,
+                "threads": threads,
+                "variant": name,
+                "file_mib": Path(path).stat().st_size / 2**20,
+                "lowering_s": lowering_s,
+                "reset_ms": _reset_ms(loaded[name]),
+                **memory,
+            }
+        )
+    out.write_text(json.dumps(rows))
+
+
+def _reset_ms(speech) -> float:
+    """The median of 20 calls of reset_decoder, what starting a chunk costs beyond its prompt."""
+    times = []
+    for _ in range(20):
+        started = time.perf_counter()
+        speech.reset_decoder()
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times)
+
+
+def lower_programs(config: str, schemes: list[str], folder: Path) -> None:
+    """The config's programs (fp32, and each scheme's), a stand-in tokenizer and a voice, in `folder`."""
+    from phaseconv.models.pocket_tts.program import load_tts_config, lower_tts
+    from phaseconv.models.pocket_tts.stand_ins import stand_in_tokenizer, stand_in_voice
+
+    stand_in_tokenizer(folder / "tokenizer.model", load_tts_config(config).flow_lm.lookup_table.n_bins)
+    stand_in_voice(folder / "voice.wav", seconds=4.0)
+    programs = {}
+    for scheme in [None, *schemes]:
+        name = "phaseconv program" + (f", {scheme} LM" if scheme else "")
+        with console.status(f"{config}: lowering the {name}"):
+            started = time.perf_counter()
+            path = folder / f"{scheme or 'fp32'}.pte"
+            lower_tts(config, quantize=scheme, target="host").save(path)
+            programs[name] = (str(path), time.perf_counter() - started)
+    (folder / "programs.json").write_text(json.dumps(programs))
+
+
+def medians(rows: list[dict]) -> list[dict]:
+    """One row per (config, threads, text, variant): the median of its runs."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        if "text" in row:
+            groups.setdefault((row["config"], row["threads"], row["text"], row["variant"]), []).append(row)
+    result = []
+    for (config, threads, text, variant), runs in groups.items():
+        numbers = {
+            key: statistics.median(r[key] for r in runs)
+            for key in runs[0]
+            if isinstance(runs[0][key], float) and all(r[key] is not None for r in runs)
+        }
+        result.append({"config": config, "threads": threads, "text": text, "variant": variant, **numbers})
+    return result
+
+
+def table(rows: list[dict], runs: int) -> Table:
+    result = Table(title=f"text to speech, random weights, EOS disabled, median of {runs} interleaved runs")
+    columns = ("config", "threads", "text", "variant", "audio s", "first audio ms", "RTF", "vs eager", "LM ms")
+    for column in (*columns, "decoder ms", "prompt ms"):
+        result.add_column(column)
+    summary = medians(rows)
+    for row in summary:
+        eager = next(
+            r["real_time_factor"]
+            for r in summary
+            if (r["config"], r["threads"], r["text"], r["variant"])
+            == (row["config"], row["threads"], row["text"], "pocket-tts eager")
+        )
+
+        def cell(key, digits=2, row=row):
+            return "-" if row.get(key) is None else f"{row[key]:.{digits}f}"
+
+        result.add_row(
+            row["config"],
+            str(row["threads"]),
+            row["text"],
+            row["variant"],
+            cell("audio_seconds"),
+            cell("first_audio_ms", 1),
+            cell("real_time_factor", 3),
+            f"{eager / row['real_time_factor']:.2f}x",
+            cell("lm_median_ms"),
+            cell("decode_median_ms"),
+            cell("prompt_median_ms"),
+        )
+    return result
+
+
+def memory_table(rows: list[dict]) -> Table:
+    result = Table(title="each program alone in a fresh process: resident memory growth (XNNPACK weight cache on)")
+    for column in ("config", "variant", "file MiB", "load MiB", "after one sentence MiB", "/ file", "reset ms"):
+        result.add_column(column)
+    for row in rows:
+        if "file_mib" in row:
+            result.add_row(
+                row["config"],
+                row["variant"],
+                f"{row['file_mib']:.1f}",
+                f"{row['load_mib']:.1f}",
+                f"{row['first_utterance_mib']:.1f}",
+                f"{row['first_utterance_mib'] / row['file_mib']:.2f}",
+                f"{row['reset_ms']:.3f}",
+            )
+    return result
+
+
+def main(
+    configs: str = typer.Option(DEFAULT_CONFIGS, help="pocket-tts configs, comma-separated"),
+    threads: str = typer.Option("1,2", help="thread counts, comma-separated"),
+    quantize: str = typer.Option(
+        "english_2026-09=8da4w", help="config=scheme[+scheme]: also lower that config with its LM linears quantized"
+    ),
+    runs: int = typer.Option(3, min=1, help="runs of each variant per text"),
+    json_path: Path = typer.Option(Path("results/tts.json"), "--json", help="where to write the results"),
+    is_worker: bool = typer.Option(False, "--worker", hidden=True),
+    memory: Path | None = typer.Option(None, "--memory", hidden=True),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", hidden=True),
+    folder: Path | None = typer.Option(None, "--folder", hidden=True),
+) -> None:
+    schemes = dict(item.split("=") for item in quantize.split(",") if item)
+    if memory is not None:
+        memory_worker(memory, tokenizer)
+        return
+    if is_worker:
+        worker(configs, int(threads), runs, folder, json_path)
+        return
+    rows = []
+    for config in configs.split(","):
+        with tempfile.TemporaryDirectory() as programs:
+            lower_programs(config, [s for s in schemes.get(config, "").split("+") if s], Path(programs))
+            for count in threads.split(","):
+                arguments = ["--configs", config, "--threads", count, "--runs", str(runs), "--folder", programs]
+                rows += worker_rows(__file__, arguments, f"{config}, {count} thread(s): speaking", console)
+    console.print(table(rows, runs))
+    console.print(memory_table(rows))
+    save_results(json_path, rows, runs=runs, texts=TEXTS)
+    console.print(f"wrote {json_path}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
