@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch.export import ExportedProgram
 
-from phaseconv.graph.program import ProgramEditor, copy_program, declared_ranges_kept, is_in_place
+from phaseconv.graph.program import ProgramEditor, copy_program, declared_ranges_kept, functional
 from phaseconv.report import Decision
 from phaseconv.rules import Skip, resolve_rules
 
@@ -32,15 +32,6 @@ def _plan(editor: ProgramEditor, rules) -> tuple[list[Decision], list]:
             plans.append((rule, plan))
             break
     return decisions, plans
-
-
-def functional(program: ExportedProgram) -> ExportedProgram:
-    """`program` with in-place ops made functional (state writes become mutated-buffer outputs,
-    `y[..., :n] += p` a slice_scatter), as every backend's lowering does first; no op is decomposed.
-    The rules then see the values, not aliases that later writes change."""
-    if not any(is_in_place(node) for node in program.graph.nodes):
-        return program
-    return program.run_decompositions({})
 
 
 def rule_stage(rule) -> int:

@@ -422,3 +422,12 @@ def _ancestors(node: Node) -> set[Node]:
             seen.add(current)
             stack.extend(current.all_input_nodes)
     return seen
+
+
+def functional(program: ExportedProgram) -> ExportedProgram:
+    """`program` with in-place ops made functional (state writes become mutated-buffer outputs,
+    `y[..., :n] += p` a slice_scatter), as every backend's lowering does first; no op is decomposed.
+    The rules then see the values, not aliases that later writes change."""
+    if not any(is_in_place(node) for node in program.graph.nodes):
+        return program
+    return program.run_decompositions({})

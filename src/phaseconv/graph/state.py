@@ -18,6 +18,7 @@ from torch import nn
 from torch.export import ExportedProgram
 
 from phaseconv.errors import PhaseconvError
+from phaseconv.graph.program import functional
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,6 @@ class _StateAsArguments(nn.Module):
 def explicit_state(program: ExportedProgram) -> tuple[ExportedProgram, State | None]:
     """`program` with its written buffers as trailing inputs and outputs (None: it writes none);
     a program that keeps state must have static sizes."""
-    from phaseconv.rewrite import functional
-
     program = functional(program)  # in-place writes as buffer mutations, as rewrite leaves them
     names = tuple(program.graph_signature.buffers_to_mutate.values())  # in the order of their outputs
     if not names:
