@@ -87,14 +87,15 @@ def _compact() -> bool:
     return not console.is_terminal or console.width < 110
 
 
-def show_decisions(decisions) -> None:
-    from phaseconv.report import decision_lines
+def show_decisions(decisions, verbose: bool = True) -> None:
+    """Every decision, node by node (verbose), or a summary per rule."""
+    from phaseconv.report import decision_lines, summary_lines, summary_table
 
     if _compact():
-        for line in decision_lines(decisions):
+        for line in (decision_lines if verbose else summary_lines)(decisions):
             console.print(line, highlight=False, soft_wrap=True)
     else:
-        console.print(decisions_table(decisions))
+        console.print((decisions_table if verbose else summary_table)(decisions))
 
 
 # Copies of shared weights that a load without XNNPACK's weight cache packs: said from 1 MiB on.
@@ -189,7 +190,8 @@ def lower(
         None,
         "--quantize",
         help="int8: int8 weights and activations, scales calibrated on --calibration; "
-        "int8-dynamic: int8 weights, activation scales computed at run time",
+        "int8-dynamic: int8 weights, activation scales computed at run time; "
+        f"{TTS_PREFIX}CONFIG: 8da4w or 8da8w, its language model's linear layers",
     ),
     calibration: Path | None = typer.Option(
         None, "--calibration", help="a folder of .npy files (one input each) or .npz files (one input set each)"
@@ -200,8 +202,9 @@ def lower(
         None, "--tokenizer", help=f"{TTS_PREFIX}CONFIG only: check this tokenizer (.model or .json) against the config"
     ),
     capacity: int | None = typer.Option(
-        None, "--capacity", help=f"{TTS_PREFIX}CONFIG only: positions of the language model's cache (default 512)"
+        None, "--capacity", help=f"{TTS_PREFIX}CONFIG only: positions of the language model's cache (default 384)"
     ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="every rewrite decision, node by node"),
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
     from phaseconv.lowering import lower as lower_program
@@ -212,7 +215,17 @@ def lower(
     resolve_target(target)
     require_folder(output)
     if model.startswith(TTS_PREFIX):
-        return _lower_tts(model, output, weights, tokenizer, capacity, no_rewrite, external_constants, target, as_json)
+        from phaseconv.models.pocket_tts.language_model import LINEAR_QUANTIZATION
+
+        if quantize is not None and quantize not in LINEAR_QUANTIZATION:
+            schemes = " or ".join(LINEAR_QUANTIZATION)
+            raise PhaseconvError(
+                f"--quantize takes {schemes} for {TTS_PREFIX}CONFIG (its LM's linears), got {quantize!r}"
+            )
+        if calibration is not None:
+            raise PhaseconvError(f"--calibration is not for {TTS_PREFIX}CONFIG: 8da4w and 8da8w need none")
+        options = (tokenizer, capacity, quantize, no_rewrite, external_constants, target, as_json, verbose)
+        return _lower_tts(model, output, weights, *options)
     if tokenizer is not None or capacity is not None:
         raise PhaseconvError(f"--tokenizer and --capacity are for {TTS_PREFIX}CONFIG programs, not {model}")
     if quantize is not None and quantize not in QUANTIZE_MODES:
@@ -246,7 +259,7 @@ def lower(
         )
         return
     if lowered.decisions:
-        show_decisions(lowered.decisions)
+        show_decisions(lowered.decisions, verbose)
     if target == "any" and not no_rewrite and quantize is None and host_target() != "any":
         hint = f"lowered for any CPU; for this one, --target host ({host_target()}) runs convolutions as GEMMs"
         console.print(hint, highlight=False)
@@ -256,7 +269,9 @@ def lower(
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
 
 
-def _lower_tts(model, output, weights, tokenizer, capacity, no_rewrite, external_constants, target, as_json) -> None:
+def _lower_tts(
+    model, output, weights, tokenizer, capacity, quantize, no_rewrite, external_constants, target, as_json, verbose
+) -> None:
     """`phaseconv lower pocket-tts-tts:CONFIG`: the whole text-to-speech model as one program."""
     from phaseconv.models.pocket_tts.program import DEFAULT_CAPACITY, DEFAULT_TTS_CONFIG, lower_tts
     from phaseconv.runtimes.pte import summarize_methods
@@ -268,6 +283,7 @@ def _lower_tts(model, output, weights, tokenizer, capacity, no_rewrite, external
             weights,
             tokenizer,
             capacity or DEFAULT_CAPACITY,
+            quantize,
             rewrite=not no_rewrite,
             external_constants=external_constants,
             target=target,
@@ -283,6 +299,8 @@ def _lower_tts(model, output, weights, tokenizer, capacity, no_rewrite, external
             }
         )
         return
+    if lowered.decisions:
+        show_decisions(lowered.decisions, verbose)
     show_summaries(methods)
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
 
@@ -296,6 +314,7 @@ def onnx(
     ),
     no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="every rewrite decision, node by node"),
 ) -> None:
     """Rewrite MODEL with the rules that make ONNX Runtime faster, export it to ONNX, check it in ONNX Runtime."""
     import torch
@@ -332,7 +351,7 @@ def onnx(
         _print_json(summary | {"state": state_names, "calls_checked": calls})
         return
     if decisions:
-        show_decisions(decisions)
+        show_decisions(decisions, verbose)
     checked = f" over {calls} calls, the state fed back" if state_names else ""
     console.print(
         f"ONNX Runtime against eager PyTorch on the example inputs{checked}: max |diff| {error:.2e}", highlight=False
@@ -482,12 +501,14 @@ def stream(
     pcm: bool = typer.Option(False, "--pcm", help="write 16-bit mono PCM to stdout as each frame is decoded"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write a WAV file"),
     json_path: Path | None = typer.Option(None, "--json", help="write the summary as JSON"),
+    threads: int = typer.Option(1, "--threads", min=1, help="XNNPACK threads"),
 ) -> None:
     """Decode frame by frame through a step program, as a TTS runner does; the summary goes to stderr.
 
     phaseconv stream step.pte --latents z.npy --pcm | aplay -f S16_LE -r 24000 -c 1
     """
     from phaseconv.lowering import require_folder, write_atomically
+    from phaseconv.runtimes.executorch import set_threads
     from phaseconv.stream import StepProgram, load_latents, random_latents, stream, to_pcm16, write_wav
 
     if pcm and output is not None:
@@ -499,6 +520,7 @@ def stream(
             require_folder(path)
     values = load_latents(latents) if latents is not None else None
     with parked_stderr(not state["debug"]):  # the runtime's CPU probing on load
+        set_threads(threads)
         step = StepProgram(program)
     values = step.check_latents(
         values if values is not None else random_latents(frames, step.latent_dim), str(latents or "the random latents")
@@ -517,10 +539,11 @@ def stream(
     if output is not None:
         write_wav(output, b"".join(chunks), report.sample_rate)
     if json_path is not None:
-        write_atomically(json_path, json.dumps(report.to_dict(), indent=2).encode())
+        write_atomically(json_path, json.dumps(report.to_dict() | {"threads": threads}, indent=2).encode())
     err = Console(stderr=True)
     err.print(
-        f"{report.frames} frames ({report.frames * report.samples_per_frame / report.sample_rate:.2f} s of audio): "
+        f"{report.frames} frames ({report.frames * report.samples_per_frame / report.sample_rate:.2f} s of audio) "
+        f"at {threads} thread(s): "
         f"first audio {report.first_audio_ms:.2f} ms after its latent (load {report.load_ms:.0f} ms), "
         f"per frame median {report.median_ms:.2f} ms, p95 {report.p95_ms:.2f} ms, "
         f"real-time factor {report.real_time_factor:.3f}",
@@ -647,6 +670,7 @@ def demo(
     frames: int = typer.Option(12, min=1, help="12.5 Hz latent frames (80 ms of audio each)"),
     runs: int = typer.Option(20, min=1, help="timed runs per program"),
     threads: int = typer.Option(1, min=1, help="XNNPACK threads"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="every rewrite decision, node by node"),
 ) -> None:
     """Export a Mimi-like audio decoder, rewrite it, and compare stock and rewritten programs on XNNPACK.
 
@@ -668,7 +692,7 @@ def demo(
         ep = torch.export.export(model, inputs)
     with parked_stderr(not state["debug"]):
         comparison = lower_stock_and_rewritten(ep, inputs)
-    show_decisions(comparison.decisions)
+    show_decisions(comparison.decisions, verbose)
     show_summaries({name: v.summary for name, v in comparison.variants.items()})
     with console.status(f"timing {runs} interleaved runs of each program at {threads} thread(s)"):
         time_variants(comparison, inputs, runs)
