@@ -38,9 +38,9 @@ def test_pcm_on_stdout_is_1920_samples_per_frame(step, tmp_path):
     assert len(result.stdout) == 5 * 1920 * 2
     result.stderr = result.stderr.decode()
     summary = json.loads((tmp_path / "s.json").read_text())
-    assert summary["frames"] == 5 and summary["samples_per_frame"] == 1920
+    assert summary["frames"] == 5 and summary["samples_per_frame"] == 1920 and summary["threads"] == 1
     assert {"first_audio_ms", "median_ms", "p95_ms", "real_time_factor"} <= set(summary)
-    assert "first audio" in result.stderr and "p95" in result.stderr
+    assert "first audio" in result.stderr and "p95" in result.stderr and "at 1 thread(s)" in result.stderr
 
 
 @STEP_PROGRAM

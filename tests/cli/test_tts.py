@@ -109,4 +109,6 @@ def test_lower_tts_bad_config_and_options(tmp_path):
     assert result.returncode == 2 and "unknown pocket-tts config 'no_such_config'" in result.stderr
     result = phaseconv("lower", FACTORY, "-o", tmp_path / "t.pte", "--capacity", 64)
     assert result.returncode == 2 and "--tokenizer and --capacity are for pocket-tts-tts:CONFIG" in result.stderr
+    result = phaseconv("lower", "pocket-tts-tts:english_2m_2026-10", "-o", tmp_path / "t.pte", "--quantize", "int8")
+    assert result.returncode == 2 and "--quantize takes 8da4w or 8da8w for pocket-tts-tts:CONFIG" in result.stderr
     assert not (tmp_path / "t.pte").exists()
