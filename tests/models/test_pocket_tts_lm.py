@@ -85,3 +85,33 @@ def test_quantization_covers_the_transformer_and_the_flow_head():
     linears = {name: m for name, m in flow_lm.named_modules() if isinstance(m, torch.nn.Linear)}
     quantized = {name for name, m in linears.items() if isinstance(m.weight, TorchAOBaseTensor)}
     assert quantized == {name for name in linears if name.startswith(("transformer.", "flow_net."))}
+
+
+def test_weights_that_do_not_fit_the_config_are_named(tmp_path):
+    import safetensors.torch
+
+    from phaseconv.errors import PhaseconvError
+
+    state = build_tts("english_2m_2026-10").state_dict()
+    state["flow_lm.bos_emb"] = torch.zeros(7)
+    del state["mimi.decoder.model.0.conv.weight"]
+    state["extra.weight"] = torch.zeros(1)
+    safetensors.torch.save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "model.safetensors")
+    with pytest.raises(PhaseconvError) as error:
+        build_tts("english_2m_2026-10", weights=tmp_path / "model.safetensors")
+    message = str(error.value)
+    assert "1 missing (e.g. mimi.decoder.model.0.conv.weight)" in message
+    assert "1 unexpected (e.g. extra.weight)" in message
+    assert "flow_lm.bos_emb: [7] in the file, [32] in the config" in message
+    with pytest.raises(PhaseconvError, match="no such weights file"):
+        build_tts("english_2m_2026-10", weights=tmp_path / "none.safetensors")
+
+
+def test_same_weights_file_loads_into_the_model(tmp_path):
+    import safetensors.torch
+
+    tts = build_tts("english_2m_2026-10", seed=3)
+    state = {k: v.contiguous() for k, v in tts.state_dict().items()}
+    safetensors.torch.save_file(state, tmp_path / "model.safetensors")
+    loaded = build_tts("english_2m_2026-10", weights=tmp_path / "model.safetensors", seed=0)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in state.items())
