@@ -136,7 +136,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     for name, speech in loaded.items():
         speaker = Speaker(speech, tokenizer, 0.0)
         speaker.settings = {**speaker.settings, "eos_threshold": math.inf}
-        speaker.set_voice(Voice(wav, speech.settings["sample_rate"], speech.settings["frame_size"], 375))
+        speaker.set_voice(Voice(wav, speech.settings["sample_rate"], speech.settings["frame_size"]))
         speakers[name] = speaker
     hybrid = EagerLmProgramDecoder(tts, loaded["phaseconv program"])
     rows = []
@@ -181,7 +181,10 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                 print(f"{label} {run} {name}", flush=True)
     for name, (path, lowering_s) in programs.items() if threads == 1 else ():  # memory: once per program
         command = [sys.executable, __file__, "--memory", path, "--tokenizer", str(tokenizer)]
-        memory = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+        process = subprocess.run(command, capture_output=True, text=True)
+        if process.returncode != 0:  # say why, and keep the other rows
+            raise SystemExit(f"the memory measurement of {path} failed:\n{process.stderr[-3000:]}")
+        memory = json.loads(process.stdout.splitlines()[-1])
         rows.append(
             {
                 "config": config,

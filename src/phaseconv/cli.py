@@ -597,8 +597,7 @@ def tts(
         speech = SpeechProgram(program)
     speaker = Speaker(speech, tokenizer, temperature, seed)
     settings = speech.settings
-    max_frames = int(30 * settings["frame_rate"])
-    chosen = Voice(voice, settings["sample_rate"], settings["frame_size"], max_frames) if voice is not None else None
+    chosen = Voice(voice, settings["sample_rate"], settings["frame_size"]) if voice is not None else None
     report = SpeechReport(0, 0, settings["sample_rate"], settings["frame_size"], speech.load_ms, 0.0, 0.0, 0.0)
     report.voice_ms = speaker.set_voice(chosen)
     chunks: list[bytes] = []

@@ -24,7 +24,18 @@ import torch
 
 from phaseconv.errors import PhaseconvError
 
-METHODS = ("embed_text", "encode_voice", "prompt", "generate", "decode", "reset_decoder", "clear_cache", "settings")
+METHODS = (
+    "embed_text",
+    "voice_start",
+    "encode_voice",
+    "reset_encoder",
+    "prompt",
+    "generate",
+    "clear_cache",
+    "decode",
+    "reset_decoder",
+    "settings",
+)
 
 
 def _pocket_tts_text():
@@ -107,7 +118,7 @@ class SpeechProgram:
 class Voice:
     """A voice prompt read as pocket-tts reads one: mono, resampled, ended on a pause, whole frames."""
 
-    def __init__(self, path: Path, sample_rate: int, frame_size: int, max_frames: int):
+    def __init__(self, path: Path, sample_rate: int, frame_size: int):
         from pocket_tts.data.audio import audio_read
         from pocket_tts.data.audio_utils import convert_audio, end_on_pause
         from pocket_tts.modules.conv import pad_for_conv1d
@@ -122,11 +133,7 @@ class Voice:
             raise PhaseconvError(f"{path} holds no audio")
         audio = end_on_pause(convert_audio(audio, rate, sample_rate, 1), sample_rate)
         self.audio = pad_for_conv1d(audio[None], frame_size, frame_size)
-        if self.audio.shape[-1] > max_frames * frame_size:
-            raise PhaseconvError(
-                f"{path} is {self.audio.shape[-1] / sample_rate:.1f} s long; the program encodes voice prompts "
-                f"of up to {max_frames * frame_size / sample_rate:.0f} s: cut it shorter"
-            )
+        self.frames = self.audio.shape[-1] // frame_size
 
 
 class Speaker:
@@ -171,7 +178,13 @@ class Speaker:
         self.program.clear_cache()  # the cache holds numbers from here on (see program.py)
         self.voice_positions = 0
         if voice is not None:
-            (conditioning,) = self.program.encode_voice(voice.audio)
+            self.program.reset_encoder()
+            step = self.settings["voice_frames_per_call"] * self.settings["frame_size"]
+            audio = torch.nn.functional.pad(voice.audio, (0, -voice.audio.shape[-1] % step))  # causal: zeros after
+            calls = range(0, audio.shape[-1], step)
+            encoded = torch.cat([self.program.encode_voice(audio[..., i : i + step])[0] for i in calls], dim=1)
+            prefix = [self.program.voice_start()[0]] if self.settings["voice_start"] else []
+            conditioning = torch.cat([*prefix, encoded[:, : voice.frames]], dim=1)
             self.prompt(conditioning, 0)
             self.voice_positions = conditioning.shape[1]
         return (time.perf_counter() - start) * 1e3

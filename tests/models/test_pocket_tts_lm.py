@@ -50,7 +50,7 @@ def test_steps_give_pocket_tts_latents(config):
     tts = build_tts(config)
     tts.temp = 0.0
     audio = torch.randn(1, 1, 3 * 1920, generator=torch.Generator().manual_seed(0)) * 0.1
-    conditioning = EncodeVoice(tts)(audio)
+    conditioning = torch.cat([tts.flow_lm.bos_before_voice, tts._encode_audio(audio)], dim=1)
     tokens = torch.randint(0, 4000, (1, 9), generator=torch.Generator().manual_seed(1))
     expected = pocket_tts_frames(tts, conditioning, tokens, FRAMES)
 
@@ -66,6 +66,18 @@ def test_steps_give_pocket_tts_latents(config):
         start = torch.zeros(1)
         torch.testing.assert_close(latent, wanted, rtol=1e-4, atol=1e-5)
         assert bool(eos_logit > tts.eos_threshold) == bool(eos)
+
+
+@torch.no_grad()
+def test_voice_encoded_a_few_frames_at_a_time_is_pocket_tts_encoding():
+    """The encoder is causal: 8 frames a call, the last call padded with zeros, give the same latents."""
+    tts = build_tts("english_18m_2026-10")
+    audio = torch.randn(1, 1, 19 * 1920, generator=torch.Generator().manual_seed(0)) * 0.1
+    expected = tts._encode_audio(audio)
+    encode = EncodeVoice(tts, frames=8)
+    padded = torch.nn.functional.pad(audio, (0, 5 * 1920))
+    streamed = torch.cat([encode(padded[..., i : i + 8 * 1920]) for i in range(0, 24 * 1920, 8 * 1920)], dim=1)
+    torch.testing.assert_close(streamed[:, :19], expected, rtol=1e-4, atol=1e-6)
 
 
 def test_masks_follow_pocket_tts_rule():

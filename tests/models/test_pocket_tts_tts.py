@@ -33,7 +33,7 @@ def speak(files, text=TEXT, temperature=0.0, seed=0, voice=True, program=None):
     program = program or SpeechProgram(path)
     speaker = Speaker(program, tokenizer, temperature, seed)
     report = SpeechReport(0, 0, 24000, 1920, program.load_ms, 0.0, 0.0, 0.0)
-    speaker.set_voice(Voice(wav, 24000, 1920, 375) if voice else None)
+    speaker.set_voice(Voice(wav, 24000, 1920) if voice else None)
     frames = []
     speaker.speak(text, frames.append, report)
     return torch.cat(frames), report
@@ -87,7 +87,7 @@ def test_capacity_stops_a_chunk_and_says_so(files):
     for text, capped in (("Short.", 0), ("word " * 40, 1)):
         speaker = Speaker(program, tokenizer, 0.0)
         speaker.settings = {**speaker.settings, "eos_threshold": float("inf")}
-        speaker.set_voice(Voice(wav, 24000, 1920, 375))
+        speaker.set_voice(Voice(wav, 24000, 1920))
         report = SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0)
         speaker.speak(text, lambda pcm: None, report)
         tokens = speaker.tokenizer(speaker.chunks(text)[0][0]).shape[1]
@@ -105,6 +105,6 @@ def test_bad_tokenizer_and_voice(files, tmp_path):
     noise = tmp_path / "noise.wav"
     noise.write_bytes(b"RIFF not really")
     with pytest.raises(PhaseconvError, match="is not audio"):
-        Voice(noise, 24000, 1920, 375)
+        Voice(noise, 24000, 1920)
     with pytest.raises(PhaseconvError, match="the text is empty"):
         speak(files, "   ")

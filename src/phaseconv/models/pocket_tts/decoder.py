@@ -161,37 +161,54 @@ class SlidingWindowAttention(nn.Module):
         return a.out_proj(x)
 
 
-class MimiStep(nn.Module):
-    """latent [B, 1, D] (as `decode_from_latent` takes it) -> pcm [B, 1, frame_size], state in buffers."""
+def _encoding(name: str) -> bool:
+    """Is a module of Mimi's (by name) on the encoding side."""
+    return name.startswith(("encoder", "downsample"))
 
-    def __init__(self, mimi: nn.Module, batch_size: int = 1):
+
+class StreamingStep(nn.Module):
+    """Part of pocket-tts's Mimi run on a fixed number of steps per call, its streaming state in buffers:
+    every convolution's tail (and, with replicate padding, its `first` flag) and every attention's
+    window of keys and values (SlidingWindowAttention). `include` picks the modules by name."""
+
+    def __init__(self, mimi: nn.Module, include, steps: int, batch_size: int = 1):
         super().__init__()
         from pocket_tts.modules.attention import StreamingMultiheadAttention
         from pocket_tts.modules.conv import StreamingConv1d, StreamingConvTranspose1d
 
         self.mimi = copy.deepcopy(mimi).eval()
-        steps = steps_per_frame(self.mimi)
         self._state_slots: dict[str, dict[str, str]] = {}
         for name, module in list(self.mimi.named_modules()):
-            if name.startswith(("encoder", "downsample")):
+            if not include(name):
                 continue
             if isinstance(module, StreamingMultiheadAttention):
                 parent_name, _, child = name.rpartition(".")
                 setattr(self.mimi.get_submodule(parent_name), child, SlidingWindowAttention(module, steps, batch_size))
             elif isinstance(module, (StreamingConv1d, StreamingConvTranspose1d)):
-                if getattr(module, "pad_mode", "constant") != "constant":
-                    raise PhaseconvError(f"{name}: pad_mode {module.pad_mode!r} is not supported by the step")
                 module._module_absolute_name = name
                 slots = {}
                 for key, value in module.init_state(batch_size, 0).items():
-                    if key == "first":  # read only with pad_mode="replicate"
+                    if key == "first" and module.pad_mode != "replicate":  # read only with replicate padding
                         continue
                     buffer = f"state_{len(self._state_slots)}_{key}"
                     self.register_buffer(buffer, value.clone())
                     slots[key] = buffer
                 self._state_slots[name] = slots
-        self.latent_dim = self.mimi.quantizer.dimension
-        self.frame_size = self.mimi.frame_size
+
+    def state(self) -> dict[str, dict[str, torch.Tensor]]:
+        """pocket-tts's model_state, its tensors the buffers."""
+        return {
+            name: {key: getattr(self, buffer) for key, buffer in slots.items()}
+            for name, slots in self._state_slots.items()
+        }
+
+    def first_done(self) -> None:
+        """After a call: the replicate paddings' `first` flags off (pocket-tts replaces the flag in its
+        state dict instead of writing it, which a buffer would not see)."""
+        for slots in self._state_slots.values():
+            if "first" in slots:
+                flag = getattr(self, slots["first"])
+                flag.copy_(torch.zeros_like(flag))
 
     def state_names(self) -> list[str]:
         """The buffers forward writes: every convolution's state and every attention's cache."""
@@ -201,12 +218,35 @@ class MimiStep(nn.Module):
                 names += [f"{name}.{buffer}" for buffer in SlidingWindowAttention.STATE]
         return names
 
+
+class MimiStep(StreamingStep):
+    """latent [B, 1, D] (as `decode_from_latent` takes it) -> pcm [B, 1, frame_size], state in buffers."""
+
+    def __init__(self, mimi: nn.Module, batch_size: int = 1):
+        super().__init__(mimi, lambda name: not _encoding(name), steps_per_frame(mimi), batch_size)
+        self.latent_dim = self.mimi.quantizer.dimension
+        self.frame_size = self.mimi.frame_size
+
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
-        state = {
-            name: {key: getattr(self, buffer) for key, buffer in slots.items()}
-            for name, slots in self._state_slots.items()
-        }
-        return self.mimi.decode_from_latent(latent, state)
+        return self.mimi.decode_from_latent(latent, self.state())
+
+
+class EncoderStep(StreamingStep):
+    """audio [B, 1, frames * frame_size] -> latents [B, frames, D] per call, state in buffers:
+    `encode_to_latent` streamed. The encoder is causal (convolutions padded on the left, attention over
+    the past), so the latents of audio fed a few frames at a time are those of the whole audio at once."""
+
+    def __init__(self, mimi: nn.Module, frames: int, batch_size: int = 1):
+        super().__init__(mimi, _encoding, frames * steps_per_frame(mimi), batch_size)
+        self.frames, self.frame_size = frames, self.mimi.frame_size
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        mimi, state = self.mimi, self.state()
+        (embedding,) = mimi.encoder_transformer(mimi.encoder(audio, state), state)
+        if getattr(mimi, "downsample", None) is not None:
+            embedding = mimi.downsample(embedding, state)
+        self.first_done()
+        return embedding.transpose(-1, -2)
 
 
 def mimi_step(config: str = DEFAULT_CONFIG, weights: str | Path | None = None):
@@ -238,6 +278,7 @@ def peak_scaled_pcm_error(actual: torch.Tensor, expected: torch.Tensor) -> float
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "EncoderStep",
     "MimiStep",
     "SlidingWindowAttention",
     "build_mimi",

@@ -1,21 +1,24 @@
 """pocket-tts's whole text-to-speech model as one ExecuTorch program of several methods.
 
-    embed_text(tokens [1, T]) -> embeddings [1, T, D]               the text conditioning
-    encode_voice(audio [1, 1, F * frame]) -> conditioning [1, F', D]  Mimi encoder + speaker projection
-    prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D]      conditioning into the LM's cache
+    embed_text(tokens [1, T]) -> embeddings [1, T, D]            the text conditioning
+    voice_start() -> [1, 1, D]                                   the conditioning before a voice prompt
+    encode_voice(audio [1, 1, 8 * frame]) -> [1, 8, D]           Mimi's encoder and the speaker
+    reset_encoder() -> zero [1]                                    projection, 8 frames a call, streamed
+    prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D] conditioning into the LM's cache
     generate(latent, start, noise, positions [1]) -> (latent, eos_logit)   one 80 ms frame
-    decode(latent [1, 1, ldim]) -> pcm [1, 1, frame]                   the Mimi decoder step
-    reset_decoder() -> zero [1]                                        the decoder's state to its start
-    clear_cache() -> zero [1]                                          the LM's cache to zeros
-    settings() -> JSON                                                 what a runner needs (below)
+    clear_cache() -> zero [1]                                    the LM's cache to zeros
+    decode(latent [1, 1, ldim]) -> pcm [1, 1, frame]             the Mimi decoder step
+    reset_decoder() -> zero [1]                                  the decoder's state to its start
+    settings() -> JSON                                           what a runner needs (settings_of)
 
-The language model's KV cache and the decoder's state are buffers the methods share (ExecuTorch's
-`share_mutable_buffers`), so a runner calls the methods in pocket-tts's order: the voice prompt at
-positions 0 .. V - 1 once, then per chunk of text its tokens at V .. V + T - 1 and one frame per
-position after them; the next chunk starts again at V (pocket-tts copies the voice's state per
-chunk), with the decoder reset (pocket-tts starts a new decoder per chunk). ExecuTorch starts the
-buffers that methods share from uninitialized memory (the initial values it keeps for a buffer of
-one method are not loaded for them): a runner calls clear_cache and reset_decoder before speaking.
+The encoder's and decoder's states and the language model's KV cache are buffers the methods share
+(ExecuTorch's `share_mutable_buffers`), so a runner calls the methods in pocket-tts's order: the
+voice prompt at positions 0 .. V - 1 once, then per chunk of text its tokens at V .. V + T - 1 and
+one frame per position after them; the next chunk starts again at V (pocket-tts copies the voice's
+state per chunk), with the decoder reset (pocket-tts starts a new decoder per chunk). ExecuTorch
+starts the buffers that methods share from uninitialized memory (the initial values it keeps for a
+buffer of one method are not loaded for them): a runner calls the reset methods before it uses
+their state.
 """
 
 from __future__ import annotations
@@ -31,7 +34,14 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.models.pocket_tts.decoder import MimiStep, _pocket_tts, check_state, config_names
+from phaseconv.models.pocket_tts.decoder import (
+    EncoderStep,
+    MimiStep,
+    StreamingStep,
+    _pocket_tts,
+    check_state,
+    config_names,
+)
 from phaseconv.models.pocket_tts.language_model import (
     ClearCache,
     Generate,
@@ -50,6 +60,8 @@ DEFAULT_CAPACITY = 384
 # A chunk's tokens at most: pocket-tts's MAX_TOKEN_PER_CHUNK (50) is where it splits; a sentence with
 # no punctuation to split at can run longer.
 MAX_TEXT_TOKENS = 128
+# Frames of a voice prompt per call of encode_voice (80 ms each): its activations' memory.
+VOICE_FRAMES_PER_CALL = 8
 
 
 def load_tts_config(config: str):
@@ -98,6 +110,9 @@ def build_tts(config: str = DEFAULT_TTS_CONFIG, weights: Path | None = None, tok
         )
     if weights is not None:
         load_tts_weights(tts, weights, config)
+    else:  # pocket-tts leaves it zero for its weights file to fill: random, or every voice would be silence
+        projection = tts.flow_lm.speaker_proj_weight
+        torch.nn.init.normal_(projection.data, std=projection.shape[1] ** -0.5)
     if tokenizer is not None:
         tts.flow_lm.conditioner.tokenizer = load_tokenizer(tokenizer, settings.flow_lm.lookup_table.n_bins)
     return tts.eval()
@@ -127,25 +142,31 @@ class EmbedText(nn.Module):
 
 
 class EncodeVoice(nn.Module):
-    """`TTSModel._encode_audio` and the BOS before the voice: audio [1, 1, F * frame] (already read,
-    resampled, ended on a pause and padded to whole frames as pocket-tts does) -> conditioning."""
+    """`TTSModel._encode_audio`, streamed: audio [1, 1, frames * frame_size] (read, resampled, ended on a
+    pause and padded as pocket-tts does) -> conditioning [1, frames, D], the encoder's state kept from
+    call to call (EncoderStep), so a voice of any length takes memory for `frames` frames only."""
+
+    def __init__(self, tts: nn.Module, frames: int = VOICE_FRAMES_PER_CALL):
+        super().__init__()
+        self.encoder = EncoderStep(tts.mimi, frames)
+        self.speaker_proj_weight = tts.flow_lm.speaker_proj_weight
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.encoder(audio), self.speaker_proj_weight)
+
+
+class VoiceStart(nn.Module):
+    """The learned conditioning before a voice prompt (`bos_before_voice`; zeros, unused, when the config
+    inserts none)."""
 
     def __init__(self, tts: nn.Module):
         super().__init__()
-        mimi = tts.mimi
-        self.encoder, self.encoder_transformer = mimi.encoder, mimi.encoder_transformer
-        self.downsample = getattr(mimi, "downsample", None)
-        self.speaker_proj_weight = tts.flow_lm.speaker_proj_weight
-        self.bos_before_voice = tts.flow_lm.bos_before_voice if tts.flow_lm.insert_bos_before_voice else None
+        flow_lm = tts.flow_lm
+        start = flow_lm.bos_before_voice if flow_lm.insert_bos_before_voice else torch.zeros(1, 1, flow_lm.dim)
+        self.register_buffer("start", start.detach().clone())
 
-    def forward(self, audio: torch.Tensor) -> torch.Tensor:
-        (embedding,) = self.encoder_transformer(self.encoder(audio, model_state=None), model_state=None)
-        if self.downsample is not None:
-            embedding = self.downsample(embedding, model_state=None)
-        conditioning = F.linear(embedding.transpose(-1, -2), self.speaker_proj_weight)
-        if self.bos_before_voice is not None:
-            conditioning = torch.cat([self.bos_before_voice, conditioning], dim=1)
-        return conditioning
+    def forward(self) -> torch.Tensor:
+        return self.start * 1  # a computed output: ExecuTorch returns no bare constant
 
 
 class Decode(nn.Module):
@@ -161,20 +182,20 @@ class Decode(nn.Module):
         return self.decoder(latent * self.emb_std + self.emb_mean)
 
 
-class ResetDecoder(nn.Module):
-    """Every state buffer of the decoder back to its value before the first frame."""
+class ResetState(nn.Module):
+    """Every state buffer of a streaming step back to its value before the first call."""
 
-    def __init__(self, decoder: MimiStep):
+    def __init__(self, step: StreamingStep):
         super().__init__()
-        self.decoder = decoder
-        self.names = decoder.state_names()
+        self.step = step
+        self.names = step.state_names()
         # Plain tensors, which export lifts as constants: ExecuTorch takes a buffer written with another
         # buffer's value for an in-place write (insert_write_back_for_buffers_pass) and drops the copy.
-        self.initial = [decoder.get_buffer(name).detach().clone() for name in self.names]
+        self.initial = [step.get_buffer(name).detach().clone() for name in self.names]
 
     def forward(self) -> torch.Tensor:
         for name, value in zip(self.names, self.initial):
-            self.decoder.get_buffer(name).copy_(value)
+            self.step.get_buffer(name).copy_(value)
         return torch.zeros(1)
 
 
@@ -183,6 +204,8 @@ def settings_of(tts: nn.Module, config: str, capacity: int) -> dict:
     settings = tts.config
     return {
         "kind": "pocket-tts-tts",
+        "voice_start": tts.flow_lm.insert_bos_before_voice,
+        "voice_frames_per_call": VOICE_FRAMES_PER_CALL,
         "config": config,
         "capacity": capacity,
         "max_text_tokens": MAX_TEXT_TOKENS,
@@ -216,39 +239,32 @@ def _fresh_mask_cache():
 
 
 def tts_programs(
-    tts: nn.Module,
-    config: str,
-    capacity: int = DEFAULT_CAPACITY,
-    quantize: str | None = None,
-    max_voice_seconds: float = 30.0,
+    tts: nn.Module, config: str, capacity: int = DEFAULT_CAPACITY, quantize: str | None = None
 ) -> tuple[dict[str, ExportedProgram], dict]:
     """The exported methods of the text-to-speech program, and its settings; `quantize` (8da4w or
     8da8w) quantizes the language model's linear layers."""
     flow_lm = with_cache(tts.flow_lm, capacity)
     if quantize is not None:
         quantize_linears(flow_lm, quantize)
-    decoder = MimiStep(tts.mimi)
+    decode, voice = Decode(tts, MimiStep(tts.mimi)), EncodeVoice(tts)
     dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
-    max_frames = int(max_voice_seconds * tts.config.mimi.frame_rate)
-    tokens, voice = Dim("tokens", min=1, max=MAX_TEXT_TOKENS), Dim("frames", min=1, max=max_frames)
+    tokens = Dim("tokens", min=1, max=MAX_TEXT_TOKENS)
     positions = Dim("positions", min=1, max=capacity)
-    one = torch.zeros(1)
+    one, latent = torch.zeros(1), torch.zeros(1, 1, ldim)
     methods = {
         "embed_text": (EmbedText(tts), (torch.zeros(1, 5, dtype=torch.long),), ({1: tokens},)),
-        "encode_voice": (EncodeVoice(tts), (torch.zeros(1, 1, 4 * frame),), ({2: frame * voice},)),
+        "voice_start": (VoiceStart(tts), (), None),
+        "encode_voice": (voice, (torch.zeros(1, 1, VOICE_FRAMES_PER_CALL * frame),), None),
+        "reset_encoder": (ResetState(voice.encoder), (), None),
         "prompt": (
             Prompt(flow_lm),
             (torch.zeros(1, 5, dim), torch.arange(5)),
             ({1: positions}, {0: positions}),
         ),
-        "generate": (
-            Generate(flow_lm),
-            (torch.zeros(1, 1, ldim), one, torch.zeros(1, ldim), torch.zeros(1).long()),
-            None,
-        ),
-        "decode": (Decode(tts, decoder), (torch.zeros(1, 1, ldim),), None),
-        "reset_decoder": (ResetDecoder(decoder), (), None),
+        "generate": (Generate(flow_lm), (latent, one, torch.zeros(1, ldim), torch.zeros(1).long()), None),
         "clear_cache": (ClearCache(flow_lm), (), None),
+        "decode": (decode, (latent,), None),
+        "reset_decoder": (ResetState(decode.decoder), (), None),
     }
     programs = {}
     with torch.no_grad(), _fresh_mask_cache():
