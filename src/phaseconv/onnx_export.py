@@ -16,6 +16,7 @@ from phaseconv.report import Decision
 from phaseconv.rewrite import require_program, rewrite_with_report
 from phaseconv.rules import RULES_BY_NAME
 from phaseconv.rules.conv_transpose import ConvTransposeRule
+from phaseconv.rules.mode_pad import ModePadRule
 
 # Measured with ONNX Runtime 1.32, 1 thread (results/onnx_rules.json): 1-D transposed convolutions
 # pay (Mimi 1.11x, EnCodec 1.07x), 2-D ones do not (MI-GAN 0.75x, StyleGAN2 0.84x, U-Net 0.90x: ORT's
@@ -36,7 +37,7 @@ ONNX_RULES = (
     RULES_BY_NAME["fold_constants"],
     ConvTransposeRule(spatial_dims=(1,), split_depthwise=False),
     RULES_BY_NAME["elu"],
-    RULES_BY_NAME["reflect_pad"],
+    ModePadRule(modes=("reflect",)),
     RULES_BY_NAME["views"],
     RULES_BY_NAME["constant_operands"],
     RULES_BY_NAME["padded_taps"],

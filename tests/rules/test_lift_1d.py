@@ -147,7 +147,7 @@ def test_a_weight_from_the_inputs_is_left_with_the_reason():
 
 
 class ReflectPaddedUnit(nn.Module):
-    """EnCodec's convolutions: reflect padding (the reflect_pad rule: one-step slices and a cat along
+    """EnCodec's convolutions: reflect padding (the mode_pad rule: one-step slices and a cat along
     time) between two convolutions."""
 
     def __init__(self, channels=8):

@@ -6,14 +6,15 @@ from phaseconv.rules.constant_operands import ConstantOperandRule
 from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.elu import EluRule
 from phaseconv.rules.fold_constants import FoldConstantsRule
+from phaseconv.rules.group_norm import GroupNormRule
 from phaseconv.rules.im2col import Im2colRule
 from phaseconv.rules.layer_norm import LayerNormRule
 from phaseconv.rules.lift_1d import Lift1dRule
 from phaseconv.rules.lstm import LstmRule
 from phaseconv.rules.mean import MeanRule
+from phaseconv.rules.mode_pad import ModePadRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
 from phaseconv.rules.padded_taps import PaddedTapsRule
-from phaseconv.rules.reflect_pad import ReflectPadRule
 from phaseconv.rules.rotate_half import RotateHalfRule
 from phaseconv.rules.short_conv import ShortConvRule
 from phaseconv.rules.slice_of_cat import SliceOfCatRule
@@ -29,13 +30,14 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     NearestUpsampleRule(),
     EluRule(),
     LayerNormRule(),
+    GroupNormRule(),
     AttentionRule(),
     RotateHalfRule(),
     MeanRule(),
     VarianceRule(),
     ViewRule(),
     LstmRule(),
-    ReflectPadRule(),
+    ModePadRule(),
     SliceScatterRule(),
     SliceOfCatRule(),
     PaddedTapsRule(),
