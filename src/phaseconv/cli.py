@@ -21,7 +21,8 @@ MODEL_HELP = (
     "a torch.export.save file (.pt2); or module.path:factory naming a Python function that returns "
     "(nn.Module, example_inputs[, dynamic_shapes]), which imports and runs that code; or demo:NAME for a "
     "built-in model (demo:mimi-decoder); or pocket-tts:CONFIG, pocket-tts's Mimi decoder as a streaming step for a "
-    "config shipped with pocket-tts (pocket-tts:english_2026-09)"
+    "config shipped with pocket-tts (pocket-tts:english_2026-09); lower also takes pocket-tts-tts:CONFIG, the whole "
+    "text-to-speech model"
 )
 TTS_PREFIX = "pocket-tts-tts:"
 
@@ -647,12 +648,19 @@ def models(as_json: bool = typer.Option(False, "--json", help="print JSON instea
         rows.append((f"hf:{name}" + (f"[?{arguments}]" if arguments else ""), model.description + " (transformers)"))
     try:
         from phaseconv.models.pocket_tts import DEFAULT_CONFIG, config_names
+        from phaseconv.models.pocket_tts.program import DEFAULT_TTS_CONFIG
 
         configs = ", ".join(config_names())
         rows.append(
             (
                 f"pocket-tts:CONFIG (default {DEFAULT_CONFIG})",
                 f"pocket-tts's Mimi decoder as a streaming step; CONFIG: {configs}",
+            )
+        )
+        rows.append(
+            (
+                f"{TTS_PREFIX}CONFIG (default {DEFAULT_TTS_CONFIG})",
+                "pocket-tts's whole text-to-speech model as one program (lower only; speak it with phaseconv tts)",
             )
         )
     except PhaseconvError as missing:

@@ -105,6 +105,8 @@ def test_bad_input_gets_one_line(not_tts, tokenizer, args, message):
 
 
 def test_lower_tts_bad_config_and_options(tmp_path):
+    result = phaseconv("explain", "pocket-tts-tts:english_2m_2026-10")
+    assert result.returncode == 2 and "a program of several methods" in result.stderr
     result = phaseconv("lower", "pocket-tts-tts:no_such_config", "-o", tmp_path / "t.pte")
     assert result.returncode == 2 and "unknown pocket-tts config 'no_such_config'" in result.stderr
     result = phaseconv("lower", FACTORY, "-o", tmp_path / "t.pte", "--capacity", 64)

@@ -35,6 +35,11 @@ def load_model(spec: str, weights: Path | None = None, prepare: bool = True) -> 
     `prepare` is False; a .pt2 file is taken as it is. `weights` (a .safetensors file) is for
     `pocket-tts:CONFIG`, whose weights cannot be downloaded here.
     """
+    if spec.startswith("pocket-tts-tts:"):
+        raise PhaseconvError(
+            f"{spec} is a program of several methods: `phaseconv lower {spec} -o tts.pte` builds it, "
+            "`phaseconv tts tts.pte` speaks with it"
+        )
     if weights is not None and not spec.startswith("pocket-tts:"):
         raise PhaseconvError(f"--weights is for pocket-tts:CONFIG models, not {spec}")
     if spec.startswith("pocket-tts:"):

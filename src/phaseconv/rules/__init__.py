@@ -8,6 +8,7 @@ from phaseconv.rules.elu import EluRule
 from phaseconv.rules.fold_constants import FoldConstantsRule
 from phaseconv.rules.group_norm import GroupNormRule
 from phaseconv.rules.im2col import Im2colRule
+from phaseconv.rules.istft import IstftRule
 from phaseconv.rules.layer_norm import LayerNormRule
 from phaseconv.rules.lift_1d import Lift1dRule
 from phaseconv.rules.lstm import LstmRule
@@ -26,6 +27,7 @@ from phaseconv.rules.winograd import WinogradRule
 
 DEFAULT_RULES: tuple[Rule, ...] = (
     FoldConstantsRule(),
+    IstftRule(),
     ConvTransposeRule(),
     NearestUpsampleRule(),
     EluRule(),

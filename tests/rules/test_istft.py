@@ -1,0 +1,58 @@
+"""istft: an iSTFT head (Vocos) as a transposed convolution and an envelope division, delegated and exact."""
+
+import pytest
+import torch
+from torch import nn
+
+import phaseconv
+from phaseconv.rules.istft import IstftRule  # noqa: F401  (the rule under test, in the default set)
+from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
+
+aten = torch.ops.aten
+
+
+class IstftHead(nn.Module):
+    """Vocos's head: a linear layer to magnitude and phase, exp and cos / sin, then torch.istft."""
+
+    def __init__(self, dim=32, n_fft=64, hop=16, center=True, win_length=None, length=None):
+        super().__init__()
+        self.n_fft, self.hop, self.center, self.length = n_fft, hop, center, length
+        self.out = nn.Linear(dim, n_fft + 2)
+        window = torch.hann_window(win_length or n_fft)
+        self.register_buffer("window", window if center else window + 0.1)  # not centered: no zero at the ends
+
+    def forward(self, x):
+        magnitude, phase = self.out(x.transpose(1, 2)).transpose(1, 2).chunk(2, dim=1)
+        magnitude = torch.exp(magnitude).clip(max=1e2)
+        spectrum = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
+        return torch.istft(
+            spectrum, self.n_fft, self.hop, self.window.numel(), self.window, center=self.center, length=self.length
+        )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"center": False}, {"win_length": 48}, {"length": 300}],
+    ids=["centered", "not-centered", "short-window", "length"],
+)
+def test_istft_is_a_polyphase_convolution_in_one_partition(options):
+    x = torch.randn(1, 32, 24)
+    ep = export(IstftHead(**options), x)
+    (decision,) = decisions_of("istft", ep)
+    assert decision.applied, decision
+    rewritten = phaseconv.rewrite(ep)
+    targets = {n.target for n in rewritten.graph.nodes}
+    assert aten.istft.default not in targets and aten.conv_transpose1d.default not in targets
+    expected = run(ep, x)
+    assert_close(run(rewritten, x), expected, scale=float(expected.abs().max()))
+    assert_one_partition_matching(rewritten, ep, x, scaled=True)
+
+
+def test_declines_a_spectrum_from_elsewhere():
+    class Given(nn.Module):
+        def forward(self, spectrum):
+            return torch.istft(spectrum, 16, 4, window=torch.ones(16))
+
+    ep = export(Given(), torch.randn(1, 9, 10, dtype=torch.complex64))
+    (decision,) = decisions_of("istft", ep)
+    assert not decision.applied and "torch.complex(real, imaginary)" in decision.reason
