@@ -45,6 +45,7 @@ def test_lower_writes_a_program_and_shows_stock_beside_rewritten(pte):
     assert "XNNConvTranspose2d" not in report["delegation"]["phaseconv"]["inside"]
 
 
+@pytest.mark.slow  # a third lowering of the decoder; test_lowering and test_stream use both options
 def test_lower_no_rewrite_and_external_constants(tmp_path):
     result = phaseconv("lower", FACTORY, "-o", tmp_path / "stock.pte", "--no-rewrite", "--external-constants", "--json")
     assert result.returncode == 0, result.stderr
@@ -60,6 +61,7 @@ def test_inspect_reads_the_file(pte):
     assert "decoder.pte: 1 partition(s)" in phaseconv("inspect", pte).stdout  # piped: one line per program
 
 
+@pytest.mark.slow  # lowers a two-layer LSTM stock and rewritten: about 2 minutes here
 def test_inspect_says_when_operators_share_a_weight_the_weight_cache_would_pack_once(tmp_path, pte):
     path = tmp_path / "lstm.pte"
     assert phaseconv("lower", "tests.cli.factories:small_lstm", "-o", path).returncode == 0

@@ -82,6 +82,7 @@ def test_models_lists_the_built_in_names():
     assert {"name", "description"} <= set(listed[0])
 
 
+@pytest.mark.slow
 def test_a_built_in_real_decoder_by_name():
     pytest.importorskip("transformers")
     result = phaseconv("explain", "hf:hifigan?frames=3", "--json")

@@ -37,12 +37,12 @@ def test_padding_is_exact_and_delegated(mode, pad, shape):
 
 
 def test_declines_with_a_reason():
-    class Wraps(nn.Module):
+    class Crops(nn.Module):
         def forward(self, x):
-            return F.pad(x, (5, 0), mode="circular")
+            return F.pad(x, (-1, 2), mode="circular")
 
-    (decision,) = decisions_of("mode_pad", export(Wraps(), torch.randn(1, 2, 3)))
-    assert not decision.applied and "wraps around 3 steps more than once" in decision.reason
+    (decision,) = decisions_of("mode_pad", export(Crops(), torch.randn(1, 2, 6)))
+    assert not decision.applied and "negative padding (-1, 2) crops" in decision.reason
 
 
 def test_onnx_export_takes_reflect_only():

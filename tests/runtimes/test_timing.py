@@ -1,10 +1,8 @@
 import gc
-import threading
-import time
 
 import pytest
-import torch
 
+from phaseconv.runtimes import timing
 from phaseconv.runtimes.timing import interleaved_times, wait_until_others_idle
 
 
@@ -39,23 +37,26 @@ def test_every_timed_call_follows_a_settle():
     assert events == ["a", "b"] + ["settle", "a", "settle", "b"] * 2
 
 
-def test_settling_waits_for_a_busy_thread_to_stop():
-    """The busy thread is one long matrix product outside the GIL, as a runtime's spinning threads are."""
-    torch.set_num_threads(1)
-    a = torch.randn(1024, 1024)
-    start = time.perf_counter()
-    torch.mm(a, a)
-    alone = time.perf_counter() - start
-    started = threading.Event()
+class BusyClock:
+    """The process's clocks while another thread burns a core until `busy_until` s: each reading
+    moves the wall clock 1 ms, this thread's CPU time 1 ms and the other thread's 1 ms more."""
 
-    def busy():
-        started.set()
-        torch.mm(a, a)
+    def __init__(self, busy_until: float):
+        self.busy_until, self.wall, self.cpu = busy_until, 0.0, 0.0
 
-    thread = threading.Thread(target=busy)
-    thread.start()
-    started.wait()
-    start = time.perf_counter()
-    wait_until_others_idle()
-    assert time.perf_counter() - start > 0.5 * alone
-    thread.join()
+    def perf_counter(self) -> float:
+        self.wall += 0.001
+        self.cpu += 0.002 if self.wall < self.busy_until else 0.001
+        return self.wall
+
+    def process_time(self) -> float:
+        return self.cpu
+
+
+@pytest.mark.parametrize(("busy_until", "returns_by"), [(0.1, 0.13), (1.0, 0.22)])
+def test_settling_waits_for_a_busy_thread_to_stop(monkeypatch, busy_until, returns_by):
+    """It returns in the first quiet window after the other thread stops, or at its limit."""
+    clock = BusyClock(busy_until)
+    monkeypatch.setattr(timing, "time", clock)
+    wait_until_others_idle(window=0.01, limit=0.2)
+    assert min(busy_until, 0.2) <= clock.wall <= returns_by

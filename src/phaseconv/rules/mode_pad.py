@@ -67,8 +67,6 @@ class ModePadRule:
                 return Skip("dynamic shape: its edge slices would be of a dynamic-shaped tensor; XNNPACK slices none")
             if min(before, after) < 0:
                 return Skip(f"negative padding ({before}, {after}) crops")
-            if mode == "circular" and max(before, after) > shape[dim]:
-                return Skip(f"circular padding of {max(before, after)} wraps around {shape[dim]} steps more than once")
             if before or after:
                 pads.append((dim, before, after))
         if node.args[0].meta["val"].dtype != torch.float32:
