@@ -12,7 +12,7 @@ from phaseconv.models.pocket_tts.language_model import (
     quantize_linears,
     with_cache,
 )
-from phaseconv.models.pocket_tts.program import EmbedText, EncodeVoice, build_tts
+from phaseconv.models.pocket_tts.program import RESETS, EmbedText, EncodeVoice, build_tts, tts_programs, written_buffers
 
 pytest.importorskip("pocket_tts")
 
@@ -78,6 +78,15 @@ def test_voice_encoded_a_few_frames_at_a_time_is_pocket_tts_encoding():
     padded = torch.nn.functional.pad(audio, (0, 5 * 1920))
     streamed = torch.cat([encode(padded[..., i : i + 8 * 1920]) for i in range(0, 24 * 1920, 8 * 1920)], dim=1)
     torch.testing.assert_close(streamed[:, :19], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_each_reset_writes_the_state_its_methods_write_under_the_same_names():
+    """The methods share a buffer only when they name it alike: a reset of other names would leave the
+    state of the last utterance in place (tts_programs also refuses to build such a program)."""
+    programs, _ = tts_programs(build_tts(CONFIGS[0]), CONFIGS[0], capacity=16)
+    for resetting, running in RESETS.items():
+        state = written_buffers(programs, running)
+        assert state and state <= written_buffers(programs, [resetting]), resetting
 
 
 def test_masks_follow_pocket_tts_rule():

@@ -183,19 +183,23 @@ class Decode(nn.Module):
 
 
 class ResetState(nn.Module):
-    """Every state buffer of a streaming step back to its value before the first call."""
+    """Every state buffer of a streaming step back to its value before the first call. The step sits
+    under the attribute name it has in the method that runs it (`under`), so that the buffers have
+    the same names in both methods and the program shares them."""
 
-    def __init__(self, step: StreamingStep):
+    def __init__(self, step: StreamingStep, under: str):
         super().__init__()
-        self.step = step
+        self.under = under
+        self.add_module(under, step)
         self.names = step.state_names()
         # Plain tensors, which export lifts as constants: ExecuTorch takes a buffer written with another
         # buffer's value for an in-place write (insert_write_back_for_buffers_pass) and drops the copy.
         self.initial = [step.get_buffer(name).detach().clone() for name in self.names]
 
     def forward(self) -> torch.Tensor:
+        step = self.get_submodule(self.under)
         for name, value in zip(self.names, self.initial):
-            self.step.get_buffer(name).copy_(value)
+            step.get_buffer(name).copy_(value)
         return torch.zeros(1)
 
 
@@ -238,6 +242,28 @@ def _fresh_mask_cache():
         attention._CAUSAL_MASK_CACHE.clear()
 
 
+# Each method that puts state back to its start, and the methods whose state that is: the methods
+# share a buffer when they name it alike, so a reset must write every buffer the others write.
+RESETS = {
+    "reset_encoder": ["encode_voice"],
+    "reset_decoder": ["decode"],
+    "clear_cache": ["prompt", "generate"],
+}
+
+
+def written_buffers(programs: dict[str, ExportedProgram], names: list[str]) -> set[str]:
+    """The buffers the named methods write in place (exported before decomposition, a write is
+    an in-place operator on the buffer's placeholder)."""
+    written = set()
+    for name in names:
+        buffers = programs[name].graph_signature.inputs_to_buffers
+        for node in programs[name].graph.nodes:
+            schema = getattr(node.target, "_schema", None)
+            if schema is not None and schema.is_mutable and node.args and str(node.args[0]) in buffers:
+                written.add(buffers[str(node.args[0])])
+    return written
+
+
 def tts_programs(
     tts: nn.Module, config: str, capacity: int = DEFAULT_CAPACITY, quantize: str | None = None
 ) -> tuple[dict[str, ExportedProgram], dict]:
@@ -255,7 +281,7 @@ def tts_programs(
         "embed_text": (EmbedText(tts), (torch.zeros(1, 5, dtype=torch.long),), ({1: tokens},)),
         "voice_start": (VoiceStart(tts), (), None),
         "encode_voice": (voice, (torch.zeros(1, 1, VOICE_FRAMES_PER_CALL * frame),), None),
-        "reset_encoder": (ResetState(voice.encoder), (), None),
+        "reset_encoder": (ResetState(voice.encoder, "encoder"), (), None),
         "prompt": (
             Prompt(flow_lm),
             (torch.zeros(1, 5, dim), torch.arange(5)),
@@ -264,13 +290,16 @@ def tts_programs(
         "generate": (Generate(flow_lm), (latent, one, torch.zeros(1, ldim), torch.zeros(1).long()), None),
         "clear_cache": (ClearCache(flow_lm), (), None),
         "decode": (decode, (latent,), None),
-        "reset_decoder": (ResetState(decode.decoder), (), None),
+        "reset_decoder": (ResetState(decode.decoder, "decoder"), (), None),
     }
     programs = {}
     with torch.no_grad(), _fresh_mask_cache():
         for name, (module, inputs, dynamic_shapes) in methods.items():
             programs[name] = torch.export.export(module.eval(), inputs, dynamic_shapes=dynamic_shapes)
     assert capacity_of(flow_lm) == capacity
+    for resetting, running in RESETS.items():
+        missing = written_buffers(programs, running) - written_buffers(programs, [resetting])
+        assert not missing, f"{resetting} leaves {sorted(missing)} of {running} as they were"
     return programs, settings_of(tts, config, capacity) | {"quantize": quantize}
 
 
