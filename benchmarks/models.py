@@ -30,7 +30,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.workers import machine, saved_rows  # noqa: E402
-from phaseconv.models import image, stylegan, transformers_audio, unet  # noqa: E402
+from phaseconv.models import diffusers_vae, image, stylegan, transformers_audio, unet  # noqa: E402
 from phaseconv.targets import host_target  # noqa: E402
 
 # The stock program phaseconv is compared with: the model as built when it lowers; if it does not
@@ -60,6 +60,8 @@ CASES = [
     ModelCase("MI-GAN-like 128x128", image.migan_generator),
     ModelCase("StyleGAN2-like 128x128", stylegan.stylegan2_generator),
     ModelCase("U-Net 128x128, ConvTranspose2d(k2, s2)", unet.unet),
+    ModelCase("SD 1.x VAE decoder, 32x32 latents", partial(diffusers_vae.vae_decoder, 32)),
+    ModelCase("SD VAE decoder (small), 32x32 latents", partial(diffusers_vae.vae_decoder, 32, diffusers_vae.SMALL)),
 ]
 
 

@@ -637,15 +637,17 @@ def tts(
 @app.command()
 def models(as_json: bool = typer.Option(False, "--json", help="print JSON instead of lines")) -> None:
     """The built-in models, by the names MODEL takes."""
-    from phaseconv.models import DEMO_MODELS, HF_MODELS
+    from phaseconv.models import DEMO_MODELS, FAMILIES
 
     rows = [
         (f"demo:{name}", " ".join((factory.__doc__ or "").split("\n\n")[0].split()))
         for name, factory in DEMO_MODELS.items()
     ]
-    for name, model in HF_MODELS.items():
-        arguments = "&".join(f"{key}=<{kind.__name__}>" for key, kind in (model.arguments or {}).items())
-        rows.append((f"hf:{name}" + (f"[?{arguments}]" if arguments else ""), model.description + " (transformers)"))
+    for family, (built_ins, package) in FAMILIES.items():
+        for name, model in built_ins.items():
+            arguments = "&".join(f"{key}=<{kind.__name__}>" for key, kind in (model.arguments or {}).items())
+            spec = f"{family}:{name}" + (f"[?{arguments}]" if arguments else "")
+            rows.append((spec, f"{model.description} ({package})"))
     try:
         from phaseconv.models.pocket_tts import DEFAULT_CONFIG, config_names
         from phaseconv.models.pocket_tts.program import DEFAULT_TTS_CONFIG

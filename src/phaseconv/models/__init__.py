@@ -1,6 +1,7 @@
 """Built-in models (random weights, real architectures), reachable by name on the command line:
-`demo:NAME` (small, self-contained), `hf:NAME[?arg=value&...]` (the decoders `transformers` builds)
-and `pocket-tts:CONFIG` (pocket-tts's Mimi decoder as a streaming step)."""
+`demo:NAME` (small, self-contained), `hf:NAME[?arg=value&...]` (the decoders `transformers` builds),
+`diffusers:NAME[?arg=value&...]` (the VAE decoders `diffusers` builds) and `pocket-tts:CONFIG`
+(pocket-tts's Mimi decoder as a streaming step)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -8,7 +9,7 @@ from functools import partial
 
 import torch
 
-from phaseconv.models import transformers_audio
+from phaseconv.models import diffusers_vae, transformers_audio
 from phaseconv.models.audio import mimi_decoder, seanet_decoder
 from phaseconv.models.image import migan_generator, migan_generator_fp16
 
@@ -44,4 +45,23 @@ HF_MODELS: dict[str, BuiltIn] = {
     "hifigan-v1": BuiltIn(
         partial(transformers_audio.hifigan, version="v1"), "HiFi-GAN V1 (rates 8, 8, 2, 2)", {"frames": int}
     ),
+}
+
+DIFFUSERS_MODELS: dict[str, BuiltIn] = {
+    "vae-decoder": BuiltIn(
+        diffusers_vae.vae_decoder,
+        "Stable Diffusion 1.x VAE decoder: latents [1, 4, n, n] -> image [1, 3, 8n, 8n]",
+        {"latents": int},
+    ),
+    "vae-decoder-small": BuiltIn(
+        partial(diffusers_vae.vae_decoder, latents=16, config=diffusers_vae.SMALL),
+        "the same VAE decoder, 2 blocks of 32 and 64 channels: latents [1, 4, n, n] -> image [1, 3, 2n, 2n]",
+        {"latents": int},
+    ),
+}
+
+# prefix -> (its models, the package that builds them)
+FAMILIES: dict[str, tuple[dict[str, BuiltIn], str]] = {
+    "hf": (HF_MODELS, "transformers"),
+    "diffusers": (DIFFUSERS_MODELS, "diffusers"),
 }

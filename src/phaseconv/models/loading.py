@@ -54,8 +54,8 @@ def load_model(spec: str, weights: Path | None = None, prepare: bool = True) -> 
         if name not in DEMO_MODELS:
             raise PhaseconvError(f"unknown demo model {name!r}; built in: {', '.join(sorted(DEMO_MODELS))}")
         return _from_factory(spec, DEMO_MODELS[name], prepare)
-    if spec.startswith("hf:"):
-        return _from_factory(spec, _hf_factory(spec), prepare)
+    if spec.split(":")[0] in ("hf", "diffusers"):
+        return _from_factory(spec, _family_factory(spec), prepare)
     path = Path(spec)
     if path.exists():
         return _from_file(path)
@@ -70,31 +70,33 @@ def load_model(spec: str, weights: Path | None = None, prepare: bool = True) -> 
             raise PhaseconvError(f"{module_name} has no function {function_name}")
         return _from_factory(spec, factory, prepare)
     raise PhaseconvError(
-        f"no such file: {spec} (nor a module.path:factory, demo:NAME, hf:NAME or pocket-tts:CONFIG; "
+        f"no such file: {spec} (nor a module.path:factory, demo:NAME, hf:NAME, diffusers:NAME or pocket-tts:CONFIG; "
         "`phaseconv models` lists the built-in names)"
     )
 
 
-def _hf_factory(spec: str):
-    """`hf:NAME?arg=value&...` -> a factory with those arguments, checked against the model's."""
-    from phaseconv.models import HF_MODELS
+def _family_factory(spec: str):
+    """`FAMILY:NAME?arg=value&...` -> a factory with those arguments, checked against the model's."""
+    from phaseconv.models import FAMILIES
 
-    name, _, query = spec.removeprefix("hf:").partition("?")
-    if name not in HF_MODELS:
-        raise PhaseconvError(f"unknown model hf:{name}; built in: {', '.join('hf:' + n for n in HF_MODELS)}")
-    model = HF_MODELS[name]
+    family, _, rest = spec.partition(":")
+    name, _, query = rest.partition("?")
+    models = FAMILIES[family][0]
+    if name not in models:
+        raise PhaseconvError(f"unknown model {family}:{name}; built in: {', '.join(f'{family}:{n}' for n in models)}")
+    model = models[name]
     arguments = {}
     for pair in filter(None, query.split("&")):
         key, _, value = pair.partition("=")
         kind = (model.arguments or {}).get(key)
         if kind is None:
             known = ", ".join(model.arguments or {}) or "none"
-            raise PhaseconvError(f"hf:{name} takes no argument {key!r} (it takes: {known})")
+            raise PhaseconvError(f"{family}:{name} takes no argument {key!r} (it takes: {known})")
         try:
             arguments[key] = kind(value)
         except ValueError:
             raise PhaseconvError(
-                f"hf:{name}: {key}={value!r} is not {'an integer' if kind is int else 'a number'}"
+                f"{family}:{name}: {key}={value!r} is not {'an integer' if kind is int else 'a number'}"
             ) from None
     return lambda: model.factory(**arguments)
 
