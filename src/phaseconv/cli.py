@@ -47,7 +47,7 @@ def _options(debug: bool = typer.Option(False, "--debug", help="show tracebacks 
         import warnings
 
         warnings.simplefilter("ignore")
-        for name in ("torch", "torchao", "executorch"):
+        for name in ("torch", "torchao", "executorch", "pocket_tts"):  # pocket-tts: "no weights_path"
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
