@@ -22,7 +22,9 @@ variant, so each speaks pocket-tts's maximum number of frames for the text, (tok
 Reported per run: frames, time to first audio from the text (the voice prompt, once per voice, is
 timed apart), real-time factor (generation time over audio duration), per-frame medians of the LM
 and decoder calls. Then, for each program, resident memory in a fresh process that only loads it
-and speaks one sentence (XNNPACK's weight cache on, as the runner loads), against its file size.
+and speaks one sentence (XNNPACK's weight cache on, as the runner loads), against its file size, and
+for each quantized program, its audio's SNR against the fp32 program's at temperature 0 and the
+frames its end of speech came at under the config's rule.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.report import tts as tts_tables  # noqa: E402
 from benchmarks.workers import save_results, worker_rows  # noqa: E402
 
 console = Console(width=200)
@@ -179,6 +181,8 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                     }
                 )
                 print(f"{label} {run} {name}", flush=True)
+    if threads == 1:
+        rows += quality_rows(config, loaded, tokenizer, wav)
     for name, (path, lowering_s) in programs.items() if threads == 1 else ():  # memory: once per program
         command = [sys.executable, __file__, "--memory", path, "--tokenizer", str(tokenizer)]
         process = subprocess.run(command, capture_output=True, text=True)
@@ -197,6 +201,43 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
             }
         )
     out.write_text(json.dumps(rows))
+
+
+def quality_rows(config: str, loaded: dict, tokenizer: Path, wav: Path) -> list[dict]:
+    """Each quantized program against the fp32 one at temperature 0 on the three sentences: the SNR of
+    its audio (end of speech disabled, so both speak the same frames), and the frame each chunk's end
+    of speech came at under the config's own rule."""
+    import torch
+
+    from phaseconv.tts import Speaker, SpeechReport, Voice
+
+    def speak(speech, eos: bool) -> tuple[torch.Tensor, list]:
+        speaker = Speaker(speech, tokenizer, 0.0)
+        if not eos:
+            speaker.settings = {**speaker.settings, "eos_threshold": math.inf}
+        speaker.set_voice(Voice(wav, speech.settings["sample_rate"], speech.settings["frame_size"]))
+        pcm, report = [], SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0)
+        speaker.speak(TEXTS["3 sentences"], lambda frame: pcm.append(frame.flatten().clone()), report)
+        return torch.cat(pcm), report.eos_frames
+
+    reference, reference_eos = speak(loaded["phaseconv program"], eos=False)[0], None
+    rows = []
+    for name, speech in loaded.items():
+        if name == "phaseconv program":
+            continue
+        audio = speak(speech, eos=False)[0]
+        noise = (audio - reference).pow(2).sum().item()
+        reference_eos = reference_eos or speak(loaded["phaseconv program"], eos=True)[1]
+        rows.append(
+            {
+                "config": config,
+                "variant": name,
+                "snr_db_vs_fp32": 10 * math.log10(reference.pow(2).sum().item() / noise) if noise else math.inf,
+                "eos_frames": speak(speech, eos=True)[1],
+                "fp32_eos_frames": reference_eos,
+            }
+        )
+    return rows
 
 
 def _reset_ms(speech) -> float:
@@ -227,74 +268,6 @@ def lower_programs(config: str, schemes: list[str], folder: Path) -> None:
     (folder / "programs.json").write_text(json.dumps(programs))
 
 
-def medians(rows: list[dict]) -> list[dict]:
-    """One row per (config, threads, text, variant): the median of its runs."""
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        if "text" in row:
-            groups.setdefault((row["config"], row["threads"], row["text"], row["variant"]), []).append(row)
-    result = []
-    for (config, threads, text, variant), runs in groups.items():
-        numbers = {
-            key: statistics.median(r[key] for r in runs)
-            for key in runs[0]
-            if isinstance(runs[0][key], float) and all(r[key] is not None for r in runs)
-        }
-        result.append({"config": config, "threads": threads, "text": text, "variant": variant, **numbers})
-    return result
-
-
-def table(rows: list[dict], runs: int) -> Table:
-    result = Table(title=f"text to speech, random weights, EOS disabled, median of {runs} interleaved runs")
-    columns = ("config", "threads", "text", "variant", "audio s", "first audio ms", "RTF", "vs eager", "LM ms")
-    for column in (*columns, "decoder ms", "prompt ms"):
-        result.add_column(column)
-    summary = medians(rows)
-    for row in summary:
-        eager = next(
-            r["real_time_factor"]
-            for r in summary
-            if (r["config"], r["threads"], r["text"], r["variant"])
-            == (row["config"], row["threads"], row["text"], "pocket-tts eager")
-        )
-
-        def cell(key, digits=2, row=row):
-            return "-" if row.get(key) is None else f"{row[key]:.{digits}f}"
-
-        result.add_row(
-            row["config"],
-            str(row["threads"]),
-            row["text"],
-            row["variant"],
-            cell("audio_seconds"),
-            cell("first_audio_ms", 1),
-            cell("real_time_factor", 3),
-            f"{eager / row['real_time_factor']:.2f}x",
-            cell("lm_median_ms"),
-            cell("decode_median_ms"),
-            cell("prompt_median_ms"),
-        )
-    return result
-
-
-def memory_table(rows: list[dict]) -> Table:
-    result = Table(title="each program alone in a fresh process: resident memory growth (XNNPACK weight cache on)")
-    for column in ("config", "variant", "file MiB", "load MiB", "after one sentence MiB", "/ file", "reset ms"):
-        result.add_column(column)
-    for row in rows:
-        if "file_mib" in row:
-            result.add_row(
-                row["config"],
-                row["variant"],
-                f"{row['file_mib']:.1f}",
-                f"{row['load_mib']:.1f}",
-                f"{row['first_utterance_mib']:.1f}",
-                f"{row['first_utterance_mib'] / row['file_mib']:.2f}",
-                f"{row['reset_ms']:.3f}",
-            )
-    return result
-
-
 def main(
     configs: str = typer.Option(DEFAULT_CONFIGS, help="pocket-tts configs, comma-separated"),
     threads: str = typer.Option("1,2", help="thread counts, comma-separated"),
@@ -322,9 +295,8 @@ def main(
             for count in threads.split(","):
                 arguments = ["--configs", config, "--threads", count, "--runs", str(runs), "--folder", programs]
                 rows += worker_rows(__file__, arguments, f"{config}, {count} thread(s): speaking", console)
-    console.print(table(rows, runs))
-    console.print(memory_table(rows))
     save_results(json_path, rows, runs=runs, texts=TEXTS)
+    print(tts_tables(json.loads(json_path.read_text())))  # the tables the docs show
     console.print(f"wrote {json_path}")
 
 
