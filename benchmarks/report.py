@@ -1,0 +1,227 @@
+"""The tables of measurements in the README and docs/, generated from results/*.json.
+
+    python -m benchmarks.report           # rewrite every generated table in README.md and docs/*.md
+    python -m benchmarks.report --check   # exit 1 if a page differs from what its results say (a test runs this)
+
+A page asks for a table with a pair of markers, the table's kind and its results file:
+
+    <!-- table: models results/models.json -->
+    (generated: the machine, the command that measured it, the table)
+    <!-- end table -->
+
+so every figure on a page comes from a results file, with the machine it was measured on. The
+figures are written by the benchmark scripts; nothing here measures anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKER = re.compile(r"(<!-- table: (\S+) (\S+) -->\n)(.*?)(<!-- end table -->)", re.S)
+
+
+def _machine(meta: dict, command: str, verb: str = "Measured") -> str:
+    cpu = meta.get("cpu") or "an x86-64 CPU (model not recorded)"
+    unit = f", {meta['vector_unit']}" if meta.get("vector_unit") else ""
+    return f"{verb} on {cpu}{unit} with `{command}`."
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def _stock(row: dict) -> tuple[str, float]:
+    """The stock program phaseconv is compared with (benchmarks/models.py's baseline)."""
+    return row["baseline"], row["ms"][row["baseline"]]
+
+
+def models(data: dict, threads: tuple[int, ...] = (1, 2)) -> str:
+    """Whole models: stock ExecuTorch, phaseconv, ONNX Runtime (both exports) and eager PyTorch, in ms."""
+    header = ["model", "threads", "stock ExecuTorch", "phaseconv", "speedup", "ORT", "ORT, phaseconv export"]
+    header += ["eager PyTorch", "partitions (stock / phaseconv)"]
+    rows = []
+    for row in data["models"]:
+        if row["threads"] not in threads:
+            continue
+        baseline, stock = _stock(row)
+        delegation = row.get("delegation", {})
+        partitions = [str(delegation.get(name, {}).get("partitions", "-")) for name in (baseline, "phaseconv")]
+        ms = row["ms"]
+        rows.append(
+            [
+                row["model"],
+                str(row["threads"]),
+                _ms(stock),
+                _ms(ms["phaseconv"]),
+                f"{stock / ms['phaseconv']:.2f}x",
+                _ms(ms.get("ONNX Runtime, stock export")),
+                _ms(ms.get("ONNX Runtime, phaseconv export")),
+                _ms(ms.get("eager PyTorch")),
+                " / ".join(partitions),
+            ]
+        )
+    runs = data["meta"].get("runs")
+    note = f" Milliseconds per call, median of {runs} interleaved runs." if runs else ""
+    return _machine(data["meta"], "python benchmarks/models.py") + note + "\n\n" + _table(header, rows)
+
+
+def headline(data: dict) -> str:
+    """The README's table: whole models at one thread."""
+    return models(data, threads=(1,))
+
+
+def streaming(data: dict) -> str:
+    """pocket-tts's Mimi decoder step, per 80 ms frame, every program interleaved."""
+    header = ["config", "threads", "program", "per frame ms", "first audio ms", "p95 ms", "PCM steps vs eager"]
+    header += ["SNR vs fp32 step"]
+    rows = [
+        [
+            row["config"],
+            str(row["threads"]),
+            row["program"],
+            _ms(row["median_ms"]),
+            _ms(row["first_audio_ms"]),
+            _ms(row["p95_ms"]),
+            f"{row['pcm_steps']:.3f}" if row["pcm_steps"] < 10 else "-",
+            f"{row['snr_db_vs_fp32_step']:.1f} dB" if "int8" in row["program"] else "-",
+        ]
+        for row in data["rows"]
+    ]
+    frames = data["meta"].get("frames")
+    note = f" Medians over {frames} frames of random latents." if frames else ""
+    return _machine(data["meta"], "python benchmarks/streaming.py") + note + "\n\n" + _table(header, rows)
+
+
+def tts(data: dict) -> str:
+    """Text to speech end to end, medians of the interleaved runs, and each program's memory."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in data["rows"]:
+        if "text" in row:
+            groups.setdefault((row["config"], row["threads"], row["text"], row["variant"]), []).append(row)
+    header = ["config", "threads", "text", "variant", "audio s", "first audio ms", "real-time factor", "vs eager"]
+    header += ["LM ms / frame", "decoder ms / frame"]
+
+    def median(runs, key):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    rows = []
+    for (config, threads, text, variant), runs in groups.items():
+        eager = median(groups[(config, threads, text, "pocket-tts eager")], "real_time_factor")
+        rtf = median(runs, "real_time_factor")
+        rows.append(
+            [
+                config,
+                str(threads),
+                text,
+                variant,
+                f"{median(runs, 'audio_seconds'):.1f}",
+                _ms(median(runs, "first_audio_ms")),
+                f"{rtf:.3f}",
+                f"{eager / rtf:.2f}x",
+                _ms(median(runs, "lm_median_ms")),
+                _ms(median(runs, "decode_median_ms")),
+            ]
+        )
+    memory = [
+        [
+            row["config"],
+            row["variant"],
+            f"{row['file_mib']:.1f}",
+            f"{row['load_mib']:.1f}",
+            f"{row['first_utterance_mib']:.1f}",
+            f"{row['first_utterance_mib'] / row['file_mib']:.2f}",
+            _ms(row["reset_ms"]),
+        ]
+        for row in data["rows"]
+        if "file_mib" in row
+    ]
+    memory_header = ["config", "program", "file MiB", "resident after load MiB", "after one sentence MiB", "/ file"]
+    memory_header.append("decoder reset ms")
+    quality = [
+        [
+            row["config"],
+            row["variant"],
+            f"{row['snr_db_vs_fp32']:.1f} dB",
+            str(row["eos_frames"]),
+            str(row["fp32_eos_frames"]),
+        ]
+        for row in data["rows"]
+        if "snr_db_vs_fp32" in row
+    ]
+    quality_header = ["config", "program", "SNR vs fp32 program", "end of speech at frame", "fp32: at frame"]
+    runs = data["meta"].get("runs")
+    return (
+        _machine(data["meta"], "python benchmarks/tts.py")
+        + f" Medians of {runs} interleaved runs; random weights, end of speech disabled.\n\n"
+        + _table(header, rows)
+        + "\n\nEach program alone in a fresh process (XNNPACK's weight cache on, as the runner loads it):\n\n"
+        + _table(memory_header, memory)
+        + "\n\nQuantized language models against the fp32 program, temperature 0, three sentences"
+        + " (end of speech per chunk, under the config's rule):\n\n"
+        + _table(quality_header, quality)
+    )
+
+
+def console(data: dict) -> str:
+    """A transcript: each command and what it printed (benchmarks/example.py runs them)."""
+    session = "\n".join(f"$ {row['command']}\n{row['output']}" for row in data["rows"])
+    return _machine(data["meta"], "python benchmarks/example.py", "Run") + "\n\n```console\n" + session + "\n```"
+
+
+TABLES: dict[str, Callable[[dict], str]] = {
+    "console": console,
+    "headline": headline,
+    "models": models,
+    "streaming": streaming,
+    "tts": tts,
+}
+
+
+def render(text: str) -> str:
+    """`text` with every marked table generated anew from its results file."""
+
+    def fill(match: re.Match) -> str:
+        opening, kind, path, _, closing = match.groups()
+        if kind not in TABLES:
+            raise SystemExit(f"unknown table {kind!r} (known: {', '.join(TABLES)})")
+        data = json.loads((ROOT / path).read_text())
+        return f"{opening}{TABLES[kind](data)}\n{closing}"
+
+    return MARKER.sub(fill, text)
+
+
+def stale_pages() -> list[Path]:
+    """The pages whose tables differ from what their results files say."""
+    return [page for page in PAGES if render(page.read_text()) != page.read_text()]
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        stale = stale_pages()
+        for page in stale:
+            print(f"{page.relative_to(ROOT)}: a table differs from its results file; run python -m benchmarks.report")
+        return 1 if stale else 0
+    for page in PAGES:
+        text = page.read_text()
+        if render(text) != text:
+            page.write_text(render(text))
+            print(f"wrote {page.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
