@@ -179,6 +179,7 @@ def test_debug_shows_the_traceback(tmp_path):
     assert result.returncode != 0 and "Traceback" in result.stderr
 
 
+@pytest.mark.slow  # the command end to end; export_onnx and ORT sessions are tested in the default run
 def test_onnx_writes_a_model_that_onnx_runtime_runs_like_eager(tmp_path):
     pytest.importorskip("onnxruntime")
     result = phaseconv("onnx", FACTORY, "-o", tmp_path / "decoder.onnx", "--json")
