@@ -14,14 +14,14 @@ its group's value back.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 import torch
 from torch.fx import Node
 
-from phaseconv.graph.program import NotConstant, ProgramEditor
+from phaseconv.graph.program import ProgramEditor
 from phaseconv.rules.base import Skip
+from phaseconv.rules.layer_norm import normalized_output
 from phaseconv.rules.mean import last_dim_mean
 
 aten = torch.ops.aten
@@ -61,18 +61,9 @@ class GroupNormRule:
             return Skip(f"{value.dtype} input: XNNPACK runs float32 and float16")
         if not all(isinstance(size, int) for size in value.shape):
             return Skip("dynamic sizes")
-        for tensor, role in ((weight, "weight"), (bias, "bias")):
-            if tensor is not None:
-                try:
-                    editor.constant_value(tensor)
-                except NotConstant as why:
-                    return Skip(f"the {role} is not a constant: {why}")
-        output = node
-        if node.target == aten.native_group_norm.default:
-            users = list(node.users)
-            if len(users) != 1 or users[0].target != operator.getitem or users[0].args[1] != 0:
-                return Skip("the mean or rstd of native_group_norm is used: only the normalized output is rewritten")
-            output = users[0]
+        output = normalized_output(node, editor, weight, bias, aten.native_group_norm.default, "native_group_norm")
+        if isinstance(output, Skip):
+            return output
         return GroupNormPlan(node, output, groups, weight, bias, eps)
 
     def describe(self, plan: GroupNormPlan) -> str:

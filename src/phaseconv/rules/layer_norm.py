@@ -30,6 +30,23 @@ class LayerNormPlan:
     eps: float
 
 
+def normalized_output(node: Node, editor: ProgramEditor, weight, bias, native, native_name: str) -> Node | Skip:
+    """The node that holds a norm's normalized values (the norm itself, or item 0 of its `native`
+    form), or why it is left alone: an affine weight or bias that is not a constant, a mean or rstd read."""
+    for tensor, role in ((weight, "weight"), (bias, "bias")):
+        if tensor is not None:
+            try:
+                editor.constant_value(tensor)
+            except NotConstant as why:
+                return Skip(f"the {role} is not a constant: {why}")
+    if node.target != native:
+        return node
+    users = list(node.users)
+    if len(users) != 1 or users[0].target != operator.getitem or users[0].args[1] != 0:
+        return Skip(f"the mean or rstd of {native_name} is used: only the normalized output is rewritten")
+    return users[0]
+
+
 class LayerNormRule:
     name = "layer_norm"
 
@@ -48,18 +65,9 @@ class LayerNormRule:
             return Skip(f"{value.dtype} input: XNNPACK runs float32 and float16")
         if not isinstance(value.shape[-1], int):
             return Skip("dynamic normalized dimension")
-        for tensor, role in ((weight, "weight"), (bias, "bias")):
-            if tensor is not None:
-                try:
-                    editor.constant_value(tensor)
-                except NotConstant as why:
-                    return Skip(f"the {role} is not a constant: {why}")
-        output = node
-        if node.target == aten.native_layer_norm.default:
-            users = list(node.users)
-            if len(users) != 1 or users[0].target != operator.getitem or users[0].args[1] != 0:
-                return Skip("the mean or rstd of native_layer_norm is used: only the normalized output is rewritten")
-            output = users[0]
+        output = normalized_output(node, editor, weight, bias, aten.native_layer_norm.default, "native_layer_norm")
+        if isinstance(output, Skip):
+            return output
         return LayerNormPlan(node, output, weight, bias, float(eps))
 
     def describe(self, plan: LayerNormPlan) -> str:
