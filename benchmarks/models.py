@@ -235,7 +235,7 @@ def table(rows: list[dict]) -> Table:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The README's table of these rows."""
+    """These rows as a Markdown table, the console table's columns (the docs' tables: python -m benchmarks.report)."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     return "\n".join(lines + ["| " + " | ".join(cells(row)) + " |" for row in rows])
 
@@ -274,7 +274,7 @@ def main(
     only: str = typer.Option("", help="run only models whose name contains this"),
     json_path: Path = typer.Option(Path("results/models.json"), "--json", help="where to write the results"),
     plot_path: Path = typer.Option(Path("results/models.png"), "--plot", help="where to draw the chart"),
-    as_markdown: bool = typer.Option(False, "--markdown", help="print the saved results as the README's table"),
+    as_markdown: bool = typer.Option(False, "--markdown", help="print the saved results as a Markdown table"),
     is_worker: bool = typer.Option(False, "--worker", hidden=True),
 ) -> None:
     if is_worker:
