@@ -1,11 +1,12 @@
 """Real models, stock ExecuTorch vs phaseconv, through the runtime at 1 and 2 threads.
 
     python benchmarks/models.py [--threads 1,2] [--runs 10] [--only mimi] [--json results/models.json]
-                                [--plot results/models.png]
+                                [--plot results/models.png] [--no-litert]
 
 Per model: export the model as built and lower it with stock ExecuTorch (XNNPACK); export
 phaseconv.prepare(model) and lower it stock and after phaseconv.rewrite; export the prepared program
-to ONNX as it is and with phaseconv.export_onnx, for ONNX Runtime (the peer, same thread count); run
+to ONNX as it is and with phaseconv.export_onnx, for ONNX Runtime, and to .tflite as it is and with
+phaseconv.export_litert, for LiteRT (the peers, same thread count; LiteRT unless --no-litert); run
 each program against eager PyTorch (the model as built), then time all of them and eager PyTorch
 interleaved. XNNPACK's thread pool is sized once per process, so each thread count runs in its own
 worker process (this script with --worker).
@@ -39,6 +40,7 @@ BASELINES = ("stock, as built", "stock, weight_norm kept", "stock, prepared", "s
 LABELS = dict(zip(BASELINES, ("", " (w)", " (p)", " (f)")))
 PCM_STEP = 1 / 32768  # one step of 16-bit audio at full scale
 ORT_STOCK, ORT_PHASECONV = "ONNX Runtime, stock export", "ONNX Runtime, phaseconv export"
+LITERT_STOCK, LITERT_PHASECONV = "LiteRT, stock conversion", "LiteRT, phaseconv export"
 console = Console(width=200)
 
 
@@ -78,8 +80,17 @@ def ort_models(ep) -> dict[str, bytes]:
     return {ORT_STOCK: to_onnx(ep), ORT_PHASECONV: phaseconv.export_onnx(ep)[0]}
 
 
-def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
-    """Every program of one model: delegation, error against eager, interleaved medians."""
+def litert_models(ep) -> dict[str, bytes]:
+    """The prepared program converted to .tflite as it is and by phaseconv.export_litert."""
+    import phaseconv
+    from phaseconv.runtimes.litert import to_tflite
+
+    return {LITERT_STOCK: to_tflite(ep), LITERT_PHASECONV: phaseconv.export_litert(ep)[0]}
+
+
+def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = False) -> dict:
+    """Every program of one model: delegation, error against eager, interleaved medians; LiteRT's
+    two conversions too when `litert`."""
     import torch
 
     import phaseconv
@@ -124,9 +135,15 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
         lower_and_run(name, program)
     if "stock, prepared" not in loaded:  # e.g. a partitioner failure: compare with folding alone
         lower_and_run("stock, constants folded", phaseconv.rewrite(ep, ["fold_constants"]))
-    for name, model in ort_models(ep).items():  # the peer: ONNX Runtime, same threads
-        loaded[name] = OrtSession(model, threads)
-        errors[name] = float((loaded[name].run(inputs)[0].float() - expected.float()).abs().max())
+    peers = [(ort_models(ep), OrtSession)]  # the peers, same threads: ONNX Runtime, and LiteRT if asked
+    if litert:
+        from phaseconv.runtimes.litert import LiteRTSession
+
+        peers.append((litert_models(ep), LiteRTSession))
+    for models, session in peers:
+        for name, model in models.items():
+            loaded[name] = session(model, threads)
+            errors[name] = float((loaded[name].run(inputs)[0].float() - expected.float()).abs().max())
     torch.set_num_threads(threads)
     runners = {name: partial(program.run, inputs) for name, program in loaded.items()}
     runners["eager PyTorch"] = partial(torch.no_grad()(module), *inputs)
@@ -144,6 +161,14 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
         "vs_ort": ms[ORT_STOCK] / ms["phaseconv"],
         "vs_ort_phaseconv_export": ms[ORT_PHASECONV] / ms["phaseconv"],
         "ort_export_gain": ms[ORT_STOCK] / ms[ORT_PHASECONV],
+        **(
+            {
+                "vs_litert": ms[LITERT_STOCK] / ms["phaseconv"],
+                "litert_export_gain": ms[LITERT_STOCK] / ms[LITERT_PHASECONV],
+            }
+            if litert
+            else {}
+        ),
         "max_abs_error": errors,
         "failures": failures,
         "delegation": summaries,
@@ -161,18 +186,18 @@ def measure(case: ModelCase, threads: int, runs: int, on_round) -> dict:
     return row
 
 
-def worker(threads: int, runs: int, only: str, out: Path) -> None:
+def worker(threads: int, runs: int, only: str, out: Path, litert: bool) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(threads)  # before any program is loaded
     rows = []
     for case in (c for c in CASES if only.lower() in c.name.lower()):
-        rows.append(measure(case, threads, runs, lambda: print("round", flush=True)))
+        rows.append(measure(case, threads, runs, lambda: print("round", flush=True), litert))
         print("model", flush=True)
         out.write_text(json.dumps(rows))
 
 
-def run_workers(threads: list[int], runs: int, only: str) -> list[dict]:
+def run_workers(threads: list[int], runs: int, only: str, litert: bool) -> list[dict]:
     cases = [c for c in CASES if only.lower() in c.name.lower()]
     rows = []
     with Progress(console=console) as progress:
@@ -181,7 +206,7 @@ def run_workers(threads: list[int], runs: int, only: str) -> list[dict]:
             with tempfile.TemporaryDirectory() as folder:
                 out = Path(folder) / "rows.json"
                 command = [sys.executable, __file__, "--worker", "--threads", str(count), "--runs", str(runs)]
-                command += ["--only", only, "--json", str(out)]
+                command += ["--only", only, "--json", str(out), "--litert" if litert else "--no-litert"]
                 process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 done = 0
                 for line in process.stdout:
@@ -200,7 +225,7 @@ def run_workers(threads: list[int], runs: int, only: str) -> list[dict]:
 
 COLUMNS = ["model", "threads", "stock ms", "phaseconv ms", "speedup", "eager ms", "vs eager", "partitions"]
 COLUMNS += ["outside (stock -> phaseconv)", "max abs error", "PCM steps (full scale)", "RTF"]
-COLUMNS += ["ORT ms (stock / phaseconv export)", "vs ORT"]
+COLUMNS += ["ORT ms (stock / phaseconv export)", "vs ORT", "LiteRT ms (stock / phaseconv export)", "vs LiteRT"]
 
 
 def cells(row: dict) -> list[str]:
@@ -222,6 +247,8 @@ def cells(row: dict) -> list[str]:
         f"{row['real_time_factor']:.3f}" if "real_time_factor" in row else "-",
         f"{ms[ORT_STOCK]:.1f} / {ms[ORT_PHASECONV]:.1f}",
         f"{row['vs_ort']:.2f}x",
+        f"{ms[LITERT_STOCK]:.1f} / {ms[LITERT_PHASECONV]:.1f}" if LITERT_STOCK in ms else "-",
+        f"{row['vs_litert']:.2f}x" if "vs_litert" in row else "-",
     ]
 
 
@@ -275,15 +302,16 @@ def main(
     json_path: Path = typer.Option(Path("results/models.json"), "--json", help="where to write the results"),
     plot_path: Path = typer.Option(Path("results/models.png"), "--plot", help="where to draw the chart"),
     as_markdown: bool = typer.Option(False, "--markdown", help="print the saved results as a Markdown table"),
+    litert: bool = typer.Option(True, help="LiteRT's stock conversion and export_litert too (pip install '.[litert]')"),
     is_worker: bool = typer.Option(False, "--worker", hidden=True),
 ) -> None:
     if is_worker:
-        worker(int(threads), runs, only, json_path)
+        worker(int(threads), runs, only, json_path, litert)
         return
     if as_markdown:
         print(markdown(json.loads(json_path.read_text())["models"]))
         return
-    rows = run_workers([int(t) for t in threads.split(",")], runs, only)
+    rows = run_workers([int(t) for t in threads.split(",")], runs, only, litert)
     console.print(table(rows))
     console.print(
         "stock baseline when the model as built does not export or lower: (w) conv settings made static, "

@@ -48,9 +48,15 @@ def _stock(row: dict) -> tuple[str, float]:
     return row["baseline"], row["ms"][row["baseline"]]
 
 
+LITERT = ("LiteRT, stock conversion", "LiteRT, phaseconv export")
+
+
 def models(data: dict, threads: tuple[int, ...] = (1, 2)) -> str:
-    """Whole models: stock ExecuTorch, phaseconv, ONNX Runtime (both exports) and eager PyTorch, in ms."""
+    """Whole models: stock ExecuTorch, phaseconv, ONNX Runtime and LiteRT (where measured; each as
+    converted and by phaseconv's export) and eager PyTorch, in ms."""
+    litert = any(LITERT[0] in row["ms"] for row in data["models"])
     header = ["model", "threads", "stock ExecuTorch", "phaseconv", "speedup", "ORT", "ORT, phaseconv export"]
+    header += ["LiteRT", "LiteRT, phaseconv export"] if litert else []
     header += ["eager PyTorch", "partitions (stock / phaseconv)"]
     rows = []
     for row in data["models"]:
@@ -69,6 +75,7 @@ def models(data: dict, threads: tuple[int, ...] = (1, 2)) -> str:
                 f"{stock / ms['phaseconv']:.2f}x",
                 _ms(ms.get("ONNX Runtime, stock export")),
                 _ms(ms.get("ONNX Runtime, phaseconv export")),
+                *([_ms(ms.get(name)) for name in LITERT] if litert else []),
                 _ms(ms.get("eager PyTorch")),
                 " / ".join(partitions),
             ]

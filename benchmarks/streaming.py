@@ -15,8 +15,8 @@ step once more with ExecuTorch's ETDump: milliseconds per frame by
 XNNPACK operator, and the rate at which its GEMMs (fully connected layers, convolutions) get through
 the step's weights. The int8 step is `phaseconv.quantize` (XNNPACKQuantizer, static, calibrated on
 40 frames of other random latents); its SNR is against the fp32 phaseconv step's audio. Beside them,
-the step on ONNX Runtime (its stock export and `phaseconv.export_onnx`'s), each call fed the state
-the call before returned. Before each timed call the process's other threads are let go idle
+the step on ONNX Runtime (its stock export and `phaseconv.export_onnx`'s) and on LiteRT (its stock
+conversion and `phaseconv.export_litert`'s), each call fed the state the call before returned. Before each timed call the process's other threads are let go idle
 (runtimes/timing.py), so no program pays for another runtime's spinning threads.
 """
 
@@ -40,14 +40,17 @@ from benchmarks.workers import save_results, worker_rows  # noqa: E402
 
 console = Console(width=200)
 PROGRAMS = ("stock step", "phaseconv step", "phaseconv int8 step", "pocket-tts eager")
-PROGRAMS += ("ORT stock step", "ORT export_onnx step")  # ONNX Runtime, each call fed the state of the one before
+# the peers, each call fed the state the one before returned: ONNX Runtime and LiteRT, stock and phaseconv's export
+PROGRAMS += ("ORT stock step", "ORT export_onnx step", "LiteRT stock step", "LiteRT export_litert step")
 CALIBRATION_FRAMES = 40
 
 
-def ort_steps(ep, threads: int, latents) -> dict:
-    """The step through ONNX Runtime, stock export and export_onnx's: per frame, a call fed the
-    state the call before returned (runtimes/onnxruntime.py: to_onnx)."""
+def peer_steps(ep, threads: int, latents) -> dict:
+    """The step through ONNX Runtime and LiteRT, each as converted and by phaseconv's export: per
+    frame, a call fed the state the call before returned (graph/state.py: explicit_state)."""
+    from phaseconv.litert_export import export_litert
     from phaseconv.onnx_export import export_onnx
+    from phaseconv.runtimes.litert import LiteRTSession, to_tflite
     from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
 
     def frame_by_frame(session):
@@ -61,8 +64,13 @@ def ort_steps(ep, threads: int, latents) -> dict:
 
         return call
 
-    models = {"ORT stock step": to_onnx(ep), "ORT export_onnx step": export_onnx(ep)[0]}
-    return {name: frame_by_frame(OrtSession(model, threads)) for name, model in models.items()}
+    sessions = {
+        "ORT stock step": OrtSession(to_onnx(ep), threads),
+        "ORT export_onnx step": OrtSession(export_onnx(ep)[0], threads),
+        "LiteRT stock step": LiteRTSession(to_tflite(ep), threads),
+        "LiteRT export_litert step": LiteRTSession(export_litert(ep)[0], threads),
+    }
+    return {name: frame_by_frame(session) for name, session in sessions.items()}
 
 
 def worker(config: str, threads: int, frames: int, out: Path) -> None:
@@ -93,7 +101,7 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
     eager = stream_eager(copy.deepcopy(mimi), latents)
     calls = {name: (lambda i, p=program: p.run((latents[:, i : i + 1],))[0]) for name, program in loaded.items()}
     calls["pocket-tts eager"] = lambda i: next(eager)
-    calls |= ort_steps(ep, threads, latents)
+    calls |= peer_steps(ep, threads, latents)
     times = {name: [] for name in PROGRAMS}
     audio = {name: [] for name in PROGRAMS}
     for i in range(frames):

@@ -5,6 +5,7 @@ fast = phaseconv.rewrite(ep)          # a new ExportedProgram, numerically the s
 for d in phaseconv.explain(ep): ...   # what was rewritten, and why anything was left alone
 qep = phaseconv.quantize(ep, calibration_inputs)   # int8 (PT2E, XNNPACK quantizer); lower() rewrites it
 model, decisions = phaseconv.export_onnx(ep, "model.onnx")   # for ONNX Runtime (pip install 'phaseconv[onnx]')
+model, decisions = phaseconv.export_litert(ep, "model.tflite")   # for LiteRT (pip install 'phaseconv[litert]')
 """
 
 import logging as _logging
@@ -17,6 +18,7 @@ for _logger in _noisy:
     _logger.setLevel(_logging.ERROR)
 try:
     from phaseconv.errors import PhaseconvError
+    from phaseconv.litert_export import export_litert
     from phaseconv.lowering import LoweredProgram, inspect, lower
     from phaseconv.onnx_export import export_onnx
     from phaseconv.prepare import prepare
@@ -32,6 +34,7 @@ __all__ = [
     "LoweredProgram",
     "PhaseconvError",
     "explain",
+    "export_litert",
     "export_onnx",
     "inspect",
     "lower",

@@ -1,4 +1,4 @@
-"""The `phaseconv` command: explain, lower, onnx, inspect, bench, stream, models, demo."""
+"""The `phaseconv` command: explain, lower, onnx, litert, inspect, bench, stream, tts, models, demo."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import contextlib
 import copy
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -306,36 +308,90 @@ def _lower_tts(
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
 
 
+RULES_HELP = "comma-separated rule names instead of those that pay on {runtime}; none: stock"
+
+
+@dataclass(frozen=True)
+class PeerRuntime:
+    """A runtime phaseconv exports to beside ExecuTorch: how to check it is installed, the rules that
+    pay on it, its export (ep, path, rules) -> (bytes, decisions), its session (bytes) -> .run, and
+    how a stateful model's state is laid out there."""
+
+    name: str
+    require: Callable
+    rules: tuple
+    export: Callable
+    session: Callable
+    state_layout: str
+
+
+def _onnx_runtime() -> PeerRuntime:
+    from phaseconv.onnx_export import ONNX_RULES, export_onnx
+    from phaseconv.runtimes.onnxruntime import OrtSession, require_onnx
+
+    layout = "inputs state.<buffer> (initial values by default), outputs state.<buffer>.next after the model's own"
+    return PeerRuntime("ONNX Runtime", require_onnx, ONNX_RULES, export_onnx, OrtSession, layout)
+
+
+def _litert_runtime() -> PeerRuntime:
+    from phaseconv.litert_export import LITERT_RULES, export_litert
+    from phaseconv.runtimes.litert import LiteRTSession, require_litert
+
+    layout = (
+        "signature serving_default takes the model's inputs then the state and returns its outputs then the next "
+        "state; signature initial_state returns the state before the first call"
+    )
+    return PeerRuntime("LiteRT", require_litert, LITERT_RULES, export_litert, LiteRTSession, layout)
+
+
 @app.command()
 def onnx(
     model: str = typer.Argument(..., help=MODEL_HELP),
     output: Path = typer.Option(..., "-o", "--output", help="the .onnx file to write"),
-    rules: str | None = typer.Option(
-        None, "--rules", help="comma-separated rule names instead of those that pay on ONNX Runtime; none: stock"
-    ),
+    rules: str | None = typer.Option(None, "--rules", help=RULES_HELP.format(runtime="ONNX Runtime")),
     no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="every rewrite decision, node by node"),
 ) -> None:
     """Rewrite MODEL with the rules that make ONNX Runtime faster, export it to ONNX, check it in ONNX Runtime."""
+    _peer_export(_onnx_runtime(), model, output, rules, no_prepare, as_json, verbose)
+
+
+@app.command()
+def litert(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    output: Path = typer.Option(..., "-o", "--output", help="the .tflite file to write"),
+    rules: str | None = typer.Option(None, "--rules", help=RULES_HELP.format(runtime="LiteRT")),
+    no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="every rewrite decision, node by node"),
+) -> None:
+    """Rewrite MODEL with the rules that make LiteRT faster, convert it to .tflite, check it in LiteRT's interpreter."""
+    _peer_export(_litert_runtime(), model, output, rules, no_prepare, as_json, verbose)
+
+
+def _peer_export(
+    peer: PeerRuntime, model: str, output: Path, rules: str | None, no_prepare: bool, as_json: bool, verbose: bool
+) -> None:
+    """Rewrite MODEL with `rules` (the peer's own if None), export it to `output`, run it in the peer
+    against eager PyTorch (a stateful model over 3 calls, its state fed back). The arguments are
+    checked first, then that the peer is installed, before the model is loaded, which can take long."""
     import torch
 
     from phaseconv.lowering import require_folder
-    from phaseconv.onnx_export import ONNX_RULES, export_onnx
     from phaseconv.rules import resolve_rules
-    from phaseconv.runtimes.onnxruntime import OrtSession, require_onnx
 
-    require_onnx()  # all before loading the model, which can take long
     require_folder(output)
-    chosen = ONNX_RULES if rules is None else [r.strip() for r in rules.split(",") if r.strip() not in ("", "none")]
+    chosen = peer.rules if rules is None else [r.strip() for r in rules.split(",") if r.strip() not in ("", "none")]
     try:
         resolve_rules(chosen)
     except ValueError as error:
         raise PhaseconvError(str(error)) from None
+    peer.require()
     source = _load(model, not no_prepare)
     with _known_failures(model, source.prepared):
-        model_bytes, decisions = export_onnx(source.program, output, chosen)
-    session, reference = OrtSession(model_bytes), copy.deepcopy(source.program.module())  # it shares the buffers
+        model_bytes, decisions = peer.export(source.program, output, chosen)
+    session, reference = peer.session(model_bytes), copy.deepcopy(source.program.module())  # it shares the buffers
     state_names = session.state_names
     calls = 3 if state_names else 1  # a stateful model: the state each call returns fed to the next
     error, state = 0.0, ()
@@ -355,14 +411,10 @@ def onnx(
         show_decisions(decisions, verbose)
     checked = f" over {calls} calls, the state fed back" if state_names else ""
     console.print(
-        f"ONNX Runtime against eager PyTorch on the example inputs{checked}: max |diff| {error:.2e}", highlight=False
+        f"{peer.name} against eager PyTorch on the example inputs{checked}: max |diff| {error:.2e}", highlight=False
     )
     if state_names:
-        console.print(
-            f"state: {len(state_names)} tensors, inputs state.<buffer> (initial values by default), "
-            "outputs state.<buffer>.next after the model's own",
-            highlight=False,
-        )
+        console.print(f"state: {len(state_names)} tensors; {peer.state_layout}", highlight=False, soft_wrap=True)
     console.print(f"wrote {output} ({output.stat().st_size:,} bytes)")
 
 

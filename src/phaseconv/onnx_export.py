@@ -2,7 +2,7 @@
 
 ONNX Runtime is not XNNPACK: it has its own ELU, LayerNormalization, Resize, reflect Pad and a
 native LSTM, so the rules that replace those for XNNPACK would only add operators there. Which
-rules pay was measured per rule and model (`python benchmarks/onnx_rules.py`, README); ONNX_RULES
+rules pay was measured per rule and model (`python benchmarks/peer_rules.py`, docs/runtimes.md); ONNX_RULES
 are those.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from torch.export import ExportedProgram
 
 from phaseconv.report import Decision
-from phaseconv.rewrite import require_program, rewrite_with_report
+from phaseconv.rewrite import rewrite_and_convert
 from phaseconv.rules import RULES_BY_NAME
 from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.mode_pad import ModePadRule
@@ -24,7 +24,7 @@ from phaseconv.rules.mode_pad import ModePadRule
 # 1.04x); views, constants and folding are neutral to slightly faster. ORT's own LayerNormalization,
 # attention and LSTM are left to it (the rules gain nothing there). The taps that read only zero
 # padding are dropped too (padded_taps, which fires on short inputs only): less work on any runtime,
-# though on Mimi's decoder on one frame ORT's run-to-run spread hid it (an AMD Zen 5, `onnx_rules.py
+# though on Mimi's decoder on one frame ORT's run-to-run spread hid it (an AMD Zen 5, `peer_rules.py
 # --only "1 frame"`: alone 1.09x in one run, 0.93x in another where every rule alone gave 0.88-0.98x).
 # A convolution of at most 4 outputs is a MatMul with its weight (short_conv, ONNX only: ORT's Conv
 # takes as long for 2 outputs as for 16): Mimi's decoder on one frame, alone 1.10x, export_onnx 1.28x
@@ -50,12 +50,6 @@ def export_onnx(ep: ExportedProgram, path: str | Path | None = None, rules=ONNX_
 
     Returns the ONNX model's bytes and the rewrite decisions.
     """
-    from phaseconv.lowering import write_atomically
     from phaseconv.runtimes.onnxruntime import to_onnx
 
-    require_program(ep)
-    rewritten, decisions = rewrite_with_report(ep, rules)
-    model = to_onnx(rewritten)
-    if path is not None:
-        write_atomically(Path(path), model)
-    return model, decisions
+    return rewrite_and_convert(ep, rules, to_onnx, path)

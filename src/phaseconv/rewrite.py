@@ -61,6 +61,20 @@ def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgra
     return program, decisions
 
 
+def rewrite_and_convert(ep: ExportedProgram, rules, convert, path=None) -> tuple[bytes, list[Decision]]:
+    """A peer runtime's model: `convert(rewrite(ep, rules))` (bytes), written to `path` atomically
+    if given, and the rewrite decisions."""
+    from pathlib import Path
+
+    from phaseconv.lowering import write_atomically
+
+    rewritten, decisions = rewrite_with_report(ep, rules)
+    model = convert(rewritten)
+    if path is not None:
+        write_atomically(Path(path), model)
+    return model, decisions
+
+
 def rewrite(ep: ExportedProgram, rules=None) -> ExportedProgram:
     """A new program with every applicable rule applied; `ep` itself is not changed."""
     return rewrite_with_report(ep, rules)[0]

@@ -213,3 +213,33 @@ def test_onnx_bad_input_gets_one_line_and_no_file(args, words, tmp_path):
     assert result.returncode == 2 and words in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("**/*.onnx"))
+
+
+@pytest.mark.slow  # the command end to end (a 10 s import of TensorFlow); export_litert is tested in the default run
+def test_litert_writes_a_stateful_step_that_litert_runs_like_eager(tmp_path):
+    """Checked over 3 calls in LiteRT's interpreter, each fed the state the one before returned."""
+    pytest.importorskip("litert_torch")
+    result = phaseconv("litert", "tests.cli.factories:causal_step", "-o", tmp_path / "step.tflite", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["state"]) == 2 and report["calls_checked"] == 3
+    assert report["max_abs_error"] < 1e-5
+    assert (tmp_path / "step.tflite").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--rules", "conv_transpose,warp"], "unknown rule 'warp'"),
+        (["-o", "nowhere/decoder.tflite"], "does not exist"),
+        (["--no-prepare"], "no such file: absent.pt2"),
+    ],
+)
+def test_litert_bad_input_gets_one_line_and_no_file(args, words, tmp_path):
+    pytest.importorskip("litert_torch")
+    output = ["-o", tmp_path / "decoder.tflite"] if "-o" not in args else []
+    model = "absent.pt2" if "--no-prepare" in args else FACTORY
+    result = phaseconv("litert", model, *output, *args, cwd=tmp_path)
+    assert result.returncode == 2 and words in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("**/*.tflite"))

@@ -49,17 +49,32 @@ def test_streamed_step_equals_pocket_tts_streaming_decode(config):
     assert torch.equal(stream_runtime(lowered.buffer, latents), audio)
 
 
-def test_export_onnx_step_streams_like_pocket_tts_through_onnx_runtime():
-    """The ONNX step keeps its state as inputs and outputs: each call fed what the one before
-    returned, past the transformer's context window, the audio is pocket-tts's own."""
+def onnx_step(ep):
     pytest.importorskip("onnxruntime")
     from phaseconv.runtimes.onnxruntime import OrtSession
 
+    return OrtSession(phaseconv.export_onnx(ep)[0])
+
+
+def litert_step(ep):
+    pytest.importorskip("litert_torch")
+    from phaseconv.runtimes.litert import LiteRTSession
+
+    return LiteRTSession(phaseconv.export_litert(ep)[0])
+
+
+# LiteRT's conversion of the step takes 40 s: run in CI (`-m slow`)
+@pytest.mark.parametrize(
+    "peer", [pytest.param(onnx_step, id="onnx"), pytest.param(litert_step, id="litert", marks=pytest.mark.slow)]
+)
+def test_a_peer_runtime_step_streams_like_pocket_tts(peer):
+    """ONNX Runtime's and LiteRT's step keep its state as inputs and outputs: each call fed what the
+    one before returned, past the transformer's context window, the audio is pocket-tts's own."""
     mimi = build_mimi(SMALL)
     step = MimiStep(mimi)
     with torch.no_grad():
         ep = torch.export.export(step, (torch.zeros(1, 1, step.latent_dim),))
-    session = OrtSession(phaseconv.export_onnx(ep)[0])
+    session = peer(ep)
     assert session.state_names  # its caches, as inputs and outputs
     latents = torch.randn(1, FRAMES, step.latent_dim, generator=torch.Generator().manual_seed(3))
     frames, state = [], ()

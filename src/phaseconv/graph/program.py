@@ -424,6 +424,14 @@ def _ancestors(node: Node) -> set[Node]:
     return seen
 
 
+def user_input_nodes(program: ExportedProgram) -> list[Node]:
+    """The placeholders of the program's user inputs, in order; found by position, as a rewrite may
+    leave a placeholder's name and its input spec's apart."""
+    placeholders = [node for node in program.graph.nodes if node.op == "placeholder"]
+    specs = program.graph_signature.input_specs
+    return [node for node, spec in zip(placeholders, specs) if spec.kind == InputKind.USER_INPUT]
+
+
 def functional(program: ExportedProgram) -> ExportedProgram:
     """`program` with in-place ops made functional (state writes become mutated-buffer outputs,
     `y[..., :n] += p` a slice_scatter), as every backend's lowering does first; no op is decomposed.

@@ -18,7 +18,7 @@ from torch import nn
 from torch.export import ExportedProgram
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.graph.program import functional
+from phaseconv.graph.program import functional, user_input_nodes
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,8 @@ def explicit_state(program: ExportedProgram) -> tuple[ExportedProgram, State | N
     names = tuple(program.graph_signature.buffers_to_mutate.values())  # in the order of their outputs
     if not names:
         return program, None
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     inputs = program.graph_signature.user_inputs
-    values = [placeholders[name].meta["val"] for name in inputs]
+    values = [node.meta["val"] for node in user_input_nodes(program)]
     if not all(isinstance(size, int) for value in values for size in value.shape):
         raise PhaseconvError("a program that keeps state and has dynamic sizes: export it for one length")
     module = program.module()

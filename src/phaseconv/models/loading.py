@@ -146,13 +146,14 @@ def example_inputs(program: ExportedProgram) -> tuple[torch.Tensor, ...]:
     saved = getattr(program, "example_inputs", None)
     if saved is not None and not saved[1] and all(isinstance(t, torch.Tensor) for t in saved[0]):
         return tuple(saved[0])
+    from phaseconv.graph.program import user_input_nodes
+
     generator = torch.Generator().manual_seed(0)
     inputs = []
-    for node in program.graph.nodes:
-        if node.op == "placeholder" and node.name in program.graph_signature.user_inputs:
-            value = node.meta["val"]
-            shape = [int(s) if isinstance(s, int) else 2 for s in value.shape]
-            inputs.append(torch.randn(shape, generator=generator).to(value.dtype))
+    for node in user_input_nodes(program):
+        value = node.meta["val"]
+        shape = [int(s) if isinstance(s, int) else 2 for s in value.shape]
+        inputs.append(torch.randn(shape, generator=generator).to(value.dtype))
     return tuple(inputs)
 
 

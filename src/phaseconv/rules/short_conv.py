@@ -16,7 +16,7 @@ operand and the T output positions as its columns, and takes about as long for 2
 A decoder run on one frame has such convolutions: Mimi's first after its transformer (2 steps,
 1024 x 1024 x 2 after `padded_taps`) and its first transposed one as a polyphase convolution (2
 steps, 4096 x 1024 x 2, 33.5 MB). That convolution alone at 1 / 2 / 4 / 8 / 16 outputs, ONNX Runtime
-1.32, Conv / MatMul ms (`python benchmarks/onnx_rules.py --outputs --runs 30`, an AMD Zen 5): 1 thread
+1.32, Conv / MatMul ms (`python benchmarks/peer_rules.py --outputs --runs 30`, an AMD Zen 5): 1 thread
 1.52 / 1.24, 2.28 / 1.56, 2.27 / 1.76, 2.31 / 2.40, 2.27 / 3.19; 2 threads 1.43 / 1.41, 1.87 / 1.34,
 1.90 / 1.70, 1.83 / 1.82, 2.06 / 2.46: hence at most 4 outputs. XNNPACK runs a convolution with the
 output positions as the GEMM's rows already.

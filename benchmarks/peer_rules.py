@@ -1,16 +1,17 @@
-"""Which phaseconv rules make ONNX Runtime faster: each rule alone, and all, per model.
+"""Which phaseconv rules make a peer runtime (ONNX Runtime, LiteRT) faster: each rule alone, and all, per model.
 
-    python benchmarks/onnx_rules.py [--runs 10] [--only mimi] [--threads 2] [--json results/onnx_rules.json]
-    python benchmarks/onnx_rules.py --outputs [--threads 2]   # short_conv's limit: results/short_conv_outputs_1t.json
+    python benchmarks/peer_rules.py [--runtime onnx|litert] [--runs 10] [--only mimi] [--threads 2] [--json F]
+    python benchmarks/peer_rules.py --outputs [--threads 2]   # short_conv's limit: results/short_conv_outputs_1t.json
 
-Per model: export phaseconv.prepare(model); export that program to ONNX as it is (stock) and after
-phaseconv.rewrite with every rule, and with each rule that applies to it alone; run all of them in
-ONNX Runtime (CPU provider, ORT_ENABLE_ALL, 1 thread) against eager, interleaved. With --threads 2,
-only the stock export and export_onnx's (on 2 cores, seven sessions' thread pools slowed one another:
-MI-GAN's stock export 24.3 ms among seven, 8.6 among two). Only ONNX Runtime runs in the process: its
-times move less than in models.py, which interleaves them with ExecuTorch and eager programs. The ratio is
-stock / variant: above 1, the rule makes ONNX Runtime faster on that model. `phaseconv.export_onnx`
-uses the rules that paid (ONNX_RULES in src/phaseconv/onnx_export.py).
+Per model: export phaseconv.prepare(model); convert that program for the runtime as it is (stock) and
+after phaseconv.rewrite with every rule, with the runtime's export rules (ONNX_RULES, LITERT_RULES), and
+with each rule that applies to it alone; run all of them against eager, interleaved (ONNX Runtime: CPU
+provider, ORT_ENABLE_ALL; LiteRT: its interpreter and XNNPACK delegate). With --threads 2, only the
+stock conversion and the export rules' (on 2 cores, seven sessions' thread pools slowed one another:
+MI-GAN's stock ONNX export 24.3 ms among seven, 8.6 among two). Only that runtime runs in the process:
+its times move less than in models.py, which interleaves them with ExecuTorch and eager programs. The
+ratio is stock / variant: above 1, the rule makes the runtime faster on that model. Results:
+results/onnx_rules.json, results/litert_rules.json (by default).
 """
 
 from __future__ import annotations
@@ -32,28 +33,41 @@ from benchmarks.workers import save_results  # noqa: E402
 console = Console(width=200)
 
 
-def measure(case, runs: int, threads: int) -> dict:
+def peer(runtime: str):
+    """(export rules, convert: ExportedProgram -> bytes, session: (bytes, threads) -> .run) of a runtime."""
+    if runtime == "onnx":
+        from phaseconv.onnx_export import ONNX_RULES
+        from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
+
+        return ONNX_RULES, to_onnx, OrtSession
+    from phaseconv.litert_export import LITERT_RULES
+    from phaseconv.runtimes.litert import LiteRTSession, to_tflite
+
+    return LITERT_RULES, to_tflite, LiteRTSession
+
+
+def measure(case, runs: int, threads: int, runtime: str = "onnx") -> dict:
     import torch
 
     import phaseconv
-    from phaseconv.onnx_export import ONNX_RULES
     from phaseconv.rewrite import rewrite_with_report
-    from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
     from phaseconv.runtimes.timing import interleaved_times, median_ms
+
+    export_rules, convert, session = peer(runtime)
 
     module, inputs = case.build()
     module = phaseconv.prepare(module)
     with torch.no_grad():
         expected = module(*inputs)
         ep = torch.export.export(module, inputs)
-    applied = Counter()  # the rules that apply: the default ones and export_onnx's own (short_conv)
-    for rules in (None, ONNX_RULES):
+    applied = Counter()  # the rules that apply: the default ones and the export's own (short_conv)
+    for rules in (None, export_rules):
         applied |= Counter(d.rule for d in rewrite_with_report(ep, rules)[1] if d.applied)
-    variants = {"stock export": ep, "export_onnx rules": phaseconv.rewrite(ep, ONNX_RULES)}
+    variants = {"stock export": ep, "export rules": phaseconv.rewrite(ep, export_rules)}
     if threads == 1:  # the rules one by one (see above for 2 threads)
         variants["all rules"] = phaseconv.rewrite(ep)
         variants |= {f"{rule} alone": phaseconv.rewrite(ep, [rule]) for rule in applied}
-    sessions = {name: OrtSession(to_onnx(program), threads) for name, program in variants.items()}
+    sessions = {name: session(convert(program), threads) for name, program in variants.items()}
     errors = {name: float((s.run(inputs)[0] - expected).abs().max()) for name, s in sessions.items()}
     times = interleaved_times({n: partial(s.run, inputs) for n, s in sessions.items()}, runs, 2)
     ms = {name: median_ms(samples) for name, samples in times.items()}
@@ -94,8 +108,9 @@ def short_conv_outputs(runs: int, threads: int, counts=(1, 2, 4, 8, 16)) -> list
     return rows
 
 
-def table(rows: list[dict]) -> Table:
-    result = Table(title="ONNX Runtime: stock export / phaseconv-rewritten export (above 1: faster)")
+def table(rows: list[dict], runtime: str) -> Table:
+    title = {"onnx": "ONNX Runtime", "litert": "LiteRT"}[runtime]
+    result = Table(title=f"{title}: stock export / phaseconv-rewritten export (above 1: faster)")
     result.add_column("model")
     result.add_column("stock ms", justify="right")
     result.add_column("variant: ratio", justify="left")
@@ -107,10 +122,11 @@ def table(rows: list[dict]) -> Table:
 
 
 def main(
+    runtime: str = typer.Option("onnx", help="the peer runtime: onnx or litert"),
     runs: int = typer.Option(10, help="timed rounds per model (median reported)"),
     only: str = typer.Option("", help="run only models whose name contains this"),
-    threads: int = typer.Option(1, help="ONNX Runtime's threads"),
-    json_path: Path = typer.Option(None, "--json", help="where to write the results (results/onnx_rules.json)"),
+    threads: int = typer.Option(1, help="the runtime's threads"),
+    json_path: Path = typer.Option(None, "--json", help="where to write the results (results/RUNTIME_rules.json)"),
     outputs: bool = typer.Option(False, "--outputs", help="short_conv's limit: one convolution at 1-16 outputs"),
 ) -> None:
     import torch
@@ -121,11 +137,13 @@ def main(
         save_results(json_path, short_conv_outputs(runs, threads), runs=runs, threads=threads)
         console.print(f"wrote {json_path}")
         return
-    json_path = json_path or Path("results/onnx_rules.json")
-    rows = [measure(case, runs, threads) for case in CASES if only.lower() in case.name.lower()]
-    console.print(table(rows))
+    if runtime not in ("onnx", "litert"):
+        raise typer.BadParameter(f"--runtime is onnx or litert, not {runtime!r}")
+    json_path = json_path or Path(f"results/{runtime}_rules.json")
+    rows = [measure(case, runs, threads, runtime) for case in CASES if only.lower() in case.name.lower()]
+    console.print(table(rows, runtime))
     partial_run = "model" if only or threads != 1 else None  # keeps the saved rows it did not measure
-    save_results(json_path, rows, partial_run, runs=runs)
+    save_results(json_path, rows, partial_run, runs=runs, runtime=runtime)
     console.print(f"wrote {json_path}")
 
 

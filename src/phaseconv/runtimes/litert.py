@@ -1,0 +1,107 @@
+"""LiteRT (TensorFlow Lite), the other on-device runtime: convert with litert-torch, load, run.
+
+`litert_torch.convert` turns a module (an ExportedProgram's, stock or rewritten by phaseconv) into a
+`.tflite` flatbuffer; LiteRT's interpreter runs it on its XNNPACK delegate with `threads` threads.
+litert-torch and ai-edge-litert are optional: `pip install 'phaseconv[litert]'`.
+
+A program that keeps state (a streaming step) is converted as `explicit_state` writes it (LiteRT,
+like ONNX, has no state between calls, and litert-torch drops buffer writes): signature
+"serving_default" takes the model's inputs then the state, and returns its outputs then the next
+state; signature "initial_state" takes nothing and returns the state before the first call.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+from torch.export import ExportedProgram
+
+from phaseconv.errors import PhaseconvError, parked_stderr
+
+SERVING, INITIAL = "serving_default", "initial_state"
+
+
+def require_litert():
+    """litert_torch and ai_edge_litert's interpreter, imported quietly (a clear message if missing)."""
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")  # its per-pass progress lines
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        with parked_stderr():  # TensorFlow's and absl's start-up chatter
+            import litert_torch
+            from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        raise PhaseconvError(
+            "litert-torch is not installed: LiteRT export and its interpreter need pip install 'phaseconv[litert]'"
+        ) from None
+    return litert_torch, Interpreter
+
+
+class _InitialState(nn.Module):
+    """() -> the state before the first call, as constants."""
+
+    def __init__(self, initial: tuple[torch.Tensor, ...]):
+        super().__init__()
+        for index, value in enumerate(initial):
+            self.register_buffer(f"state_{index}", value.clone())
+
+    def forward(self):
+        return tuple(buffer.clone() for buffer in self.buffers())
+
+
+def to_tflite(ep: ExportedProgram) -> bytes:
+    """The LiteRT model (a .tflite flatbuffer) of `ep` at its example input sizes, by litert-torch;
+    a stateful program with the signatures the module docstring gives."""
+    from phaseconv.graph.program import user_input_nodes
+    from phaseconv.graph.state import explicit_state
+
+    litert_torch, _ = require_litert()
+    program, state = explicit_state(ep)
+    values = [node.meta["val"] for node in user_input_nodes(program)]
+    if not all(isinstance(size, int) for value in values for size in value.shape):
+        raise PhaseconvError("LiteRT export takes a program of static sizes: export it for one length")
+    examples = tuple(torch.zeros(value.shape, dtype=value.dtype) for value in values)
+    with parked_stderr():  # the MLIR converter's per-pass log lines
+        if state is None:
+            return litert_torch.convert(program.module(), examples).model_content()
+        converter = litert_torch.signature(SERVING, program.module(), examples)
+        converter = converter.signature(INITIAL, _InitialState(state.initial), ())
+        return converter.convert().model_content()
+
+
+def _by_index(names) -> list[str]:
+    """A signature's input or output names (args_0, ..., args_10 or output_0, ...) in their order."""
+    return sorted(names, key=lambda name: int(name.rsplit("_", 1)[1]))
+
+
+def _ordered(outputs: dict) -> list[torch.Tensor]:
+    """A signature runner's outputs in order, as tensors."""
+    return [torch.from_numpy(outputs[name]) for name in _by_index(outputs)]
+
+
+class LiteRTSession:
+    """A .tflite model in LiteRT's interpreter (its default XNNPACK delegate) with `threads` threads."""
+
+    def __init__(self, model: bytes, threads: int = 1):
+        _, interpreter_class = require_litert()
+        with parked_stderr():  # "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on the first call
+            interpreter = interpreter_class(model_content=model, num_threads=threads)
+            interpreter.allocate_tensors()
+            signatures = interpreter.get_signature_list()
+            self._serving = interpreter.get_signature_runner(SERVING)
+            self.initial_state = _ordered(interpreter.get_signature_runner(INITIAL)()) if INITIAL in signatures else []
+        self._names = _by_index(signatures[SERVING]["inputs"])
+        self._inputs = len(self._names) - len(self.initial_state)
+        self.state_names = self._names[self._inputs :]  # the state's inputs (args_N), after the model's own
+
+    def run(self, inputs: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = ()) -> list[torch.Tensor]:
+        """The outputs for `inputs`; a stateful model's run from `state` (the trailing outputs of the
+        call before), or from its initial state when `state` is empty."""
+        if len(inputs) != self._inputs:
+            raise PhaseconvError(f"the LiteRT model takes {self._inputs} inputs, got {len(inputs)}")
+        if state and len(state) != len(self.initial_state):
+            raise PhaseconvError(f"the LiteRT model keeps {len(self.initial_state)} state tensors, got {len(state)}")
+        values = [*inputs, *(state or self.initial_state)]
+        feed = {name: value.detach().contiguous().numpy() for name, value in zip(self._names, values)}
+        return _ordered(self._serving(**feed))

@@ -1,0 +1,85 @@
+"""phaseconv.export_litert: the rewritten program through LiteRT's interpreter, against eager."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import phaseconv
+from phaseconv.errors import PhaseconvError
+from phaseconv.models.audio import seanet_decoder
+from tests.helpers import CausalStep, assert_close, export
+
+pytest.importorskip("litert_torch")
+pytest.importorskip("ai_edge_litert")
+
+from phaseconv.runtimes.litert import LiteRTSession, to_tflite  # noqa: E402
+
+
+def operators(model: bytes) -> set[str]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    return {op["op_name"] for op in Interpreter(model_content=model)._get_ops_details()}
+
+
+def test_export_litert_runs_in_litert_like_eager(tmp_path):
+    """A SEANet decoder's transposed convolutions become convolutions and interleaves there too."""
+    module, inputs = seanet_decoder(frames=2, latent=8, channels=16)
+    module = phaseconv.prepare(module).eval()
+    ep = export(module, *inputs)
+    model, decisions = phaseconv.export_litert(ep, tmp_path / "m.tflite")
+    assert (tmp_path / "m.tflite").read_bytes() == model
+    assert any(d.rule == "conv_transpose" and d.applied for d in decisions), decisions
+    assert "TRANSPOSE_CONV" not in operators(model) and "TRANSPOSE_CONV" in operators(to_tflite(ep))
+    with torch.no_grad():
+        expected = module(*inputs)
+    (out,) = LiteRTSession(model).run(inputs)
+    assert_close(out, expected, scale=float(expected.abs().max()))
+
+
+def test_a_stateful_step_converts_with_its_state_as_inputs_and_outputs():
+    """litert-torch alone drops buffer writes; here each call is fed the state the one before returned
+    and matches eager over several calls; a call without state starts from the initial one, which
+    the model's initial_state signature holds."""
+    x = torch.randn(1, 4, 5)
+    ep = export(CausalStep(), x)
+    session = LiteRTSession(phaseconv.export_litert(ep)[0])
+    assert len(session.state_names) == 2
+    assert_close(session.initial_state[0], torch.zeros(1, 4, 2))
+    reference, state = copy.deepcopy(ep.module()), ()  # ep.module() shares the program's buffers
+    with torch.no_grad():
+        assert_close(session.run((x,))[0], copy.deepcopy(ep.module())(x))
+        for call in range(4):
+            x = torch.randn(1, 4, 5)
+            out, *state = session.run((x,), tuple(state))
+            assert_close(out, reference(x))
+            assert float(state[1]) == call + 1
+
+
+def test_a_program_of_dynamic_length_is_refused():
+    length = torch.export.Dim("length", min=2, max=16)
+    ep = export(nn.ConvTranspose1d(4, 4, 4, 2), torch.randn(1, 4, 5), dynamic_shapes=({2: length},))
+    with pytest.raises(PhaseconvError, match="static sizes"):
+        phaseconv.export_litert(ep)
+
+
+def test_a_session_refuses_the_wrong_number_of_inputs():
+    session = LiteRTSession(to_tflite(export(CausalStep(), torch.randn(1, 4, 5))))
+    with pytest.raises(PhaseconvError, match="takes 1 inputs, got 2"):
+        session.run((torch.randn(1, 4, 5), torch.randn(1, 4, 5)))
+    with pytest.raises(PhaseconvError, match="keeps 2 state tensors, got 1"):
+        session.run((torch.randn(1, 4, 5),), (torch.zeros(1, 4, 2),))
+
+
+def test_a_missing_litert_gets_the_install_hint(monkeypatch):
+    from phaseconv.runtimes.litert import require_litert
+
+    monkeypatch.setitem(__import__("sys").modules, "litert_torch", None)  # import litert_torch fails
+    with pytest.raises(PhaseconvError, match=r"pip install 'phaseconv\[litert\]'"):
+        require_litert()
+
+
+def test_export_litert_refuses_what_is_not_a_program():
+    with pytest.raises(TypeError, match="export the model first"):
+        phaseconv.export_litert(nn.Conv1d(2, 2, 1))
