@@ -1,6 +1,7 @@
 """Which phaseconv rules make a peer runtime (ONNX Runtime, LiteRT) faster: each rule alone, and all, per model.
 
-    python benchmarks/peer_rules.py [--runtime onnx|litert] [--runs 10] [--only mimi] [--threads 2] [--json F]
+    python benchmarks/peer_rules.py [--runtime onnx|litert] [--runs 10] [--only mimi] [--threads 2] [--no-alone]
+                                    [--json F]
     python benchmarks/peer_rules.py --outputs [--threads 2]   # short_conv's limit: results/short_conv_outputs_1t.json
 
 Per model: export phaseconv.prepare(model); convert that program for the runtime as it is (stock) and
@@ -46,7 +47,7 @@ def peer(runtime: str):
     return LITERT_RULES, to_tflite, LiteRTSession
 
 
-def measure(case, runs: int, threads: int, runtime: str = "onnx") -> dict:
+def measure(case, runs: int, threads: int, runtime: str = "onnx", alone: bool = True) -> dict:
     import torch
 
     import phaseconv
@@ -64,7 +65,7 @@ def measure(case, runs: int, threads: int, runtime: str = "onnx") -> dict:
     for rules in (None, export_rules):
         applied |= Counter(d.rule for d in rewrite_with_report(ep, rules)[1] if d.applied)
     variants = {"stock export": ep, "export rules": phaseconv.rewrite(ep, export_rules)}
-    if threads == 1:  # the rules one by one (see above for 2 threads)
+    if threads == 1 and alone:  # the rules one by one (see above for 2 threads)
         variants["all rules"] = phaseconv.rewrite(ep)
         variants |= {f"{rule} alone": phaseconv.rewrite(ep, [rule]) for rule in applied}
     sessions = {name: session(convert(program), threads) for name, program in variants.items()}
@@ -123,6 +124,7 @@ def table(rows: list[dict], runtime: str) -> Table:
 
 def main(
     runtime: str = typer.Option("onnx", help="the peer runtime: onnx or litert"),
+    alone: bool = typer.Option(True, help="each rule alone too; --no-alone: stock, the export rules and all rules"),
     runs: int = typer.Option(10, help="timed rounds per model (median reported)"),
     only: str = typer.Option("", help="run only models whose name contains this"),
     threads: int = typer.Option(1, help="the runtime's threads"),
@@ -140,7 +142,7 @@ def main(
     if runtime not in ("onnx", "litert"):
         raise typer.BadParameter(f"--runtime is onnx or litert, not {runtime!r}")
     json_path = json_path or Path(f"results/{runtime}_rules.json")
-    rows = [measure(case, runs, threads, runtime) for case in CASES if only.lower() in case.name.lower()]
+    rows = [measure(case, runs, threads, runtime, alone) for case in CASES if only.lower() in case.name.lower()]
     console.print(table(rows, runtime))
     partial_run = "model" if only or threads != 1 else None  # keeps the saved rows it did not measure
     save_results(json_path, rows, partial_run, runs=runs, runtime=runtime)

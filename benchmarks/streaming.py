@@ -16,8 +16,9 @@ XNNPACK operator, and the rate at which its GEMMs (fully connected layers, convo
 the step's weights. The int8 step is `phaseconv.quantize` (XNNPACKQuantizer, static, calibrated on
 40 frames of other random latents); its SNR is against the fp32 phaseconv step's audio. Beside them,
 the step on ONNX Runtime (its stock export and `phaseconv.export_onnx`'s) and on LiteRT (its stock
-conversion and `phaseconv.export_litert`'s), each call fed the state the call before returned. Before each timed call the process's other threads are let go idle
-(runtimes/timing.py), so no program pays for another runtime's spinning threads.
+conversion and `phaseconv.export_litert`'s), each call fed the state the call before returned.
+Before each timed call the process's other threads are let go idle (runtimes/timing.py), so no
+program pays for another runtime's spinning threads.
 """
 
 from __future__ import annotations

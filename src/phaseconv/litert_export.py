@@ -15,12 +15,23 @@ from torch.export import ExportedProgram
 from phaseconv.report import Decision
 from phaseconv.rewrite import rewrite_and_convert
 from phaseconv.rules import RULES_BY_NAME
-from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.mode_pad import ModePadRule
 
+# Measured with litert-torch 0.10 and ai-edge-litert 2.3, 1 thread, on an Intel Xeon (AVX-512)
+# (results/xeon/litert_rules.json; each rule alone, stock conversion / rewritten): transposed
+# convolutions pay most (Mimi's decoder on one frame 1.19x, EnCodec 1.06x, MI-GAN 1.85x), computed
+# as ExecuTorch's rewrite does, a depthwise one as one depthwise convolution per phase (this set on
+# MI-GAN: 2.47x with that split, 2.23x with one grouped convolution; Mimi 1.33x either way:
+# `peer_rules.py --runtime litert --no-alone`, results/xeon/litert_export_rules.json); reflect
+# padding (EnCodec 1.09x), ELU (Mimi 1.06x, EnCodec 0.97x), padded_taps (Mimi 1.06x), nearest
+# upsampling (MI-GAN 1.07x), folding and constant operands (MI-GAN 1.10x, 1.05x); views neutral.
+# Left to LiteRT: layer norm (Mimi 0.93x), the LSTM (EnCodec 0.98x), lift_1d (0.90x on both),
+# attention (1.00x). The U-Net's 2-D k2 s2 transposed convolutions gain nothing (1.02x):
+# litert-torch emits no DEPTH_TO_SPACE (it decomposes even pixel_shuffle into reshapes and
+# transposes), so the 2-D interleave is reshapes and transposes there too.
 LITERT_RULES = (
     RULES_BY_NAME["fold_constants"],
-    ConvTransposeRule(split_depthwise=False),
+    RULES_BY_NAME["conv_transpose"],
     RULES_BY_NAME["nearest_upsample"],
     RULES_BY_NAME["elu"],
     ModePadRule(modes=("reflect",)),
