@@ -63,10 +63,9 @@ def litert_step(ep):
     return LiteRTSession(phaseconv.export_litert(ep)[0])
 
 
-# LiteRT's conversion of the step takes 40 s: run in CI (`-m slow`)
-@pytest.mark.parametrize(
-    "peer", [pytest.param(onnx_step, id="onnx"), pytest.param(litert_step, id="litert", marks=pytest.mark.slow)]
-)
+# 25 s (ONNX) and 70 s (LiteRT's conversion) on top of the stateful exports' own tests: run in CI (`-m slow`)
+@pytest.mark.slow
+@pytest.mark.parametrize("peer", [pytest.param(onnx_step, id="onnx"), pytest.param(litert_step, id="litert")])
 def test_a_peer_runtime_step_streams_like_pocket_tts(peer):
     """ONNX Runtime's and LiteRT's step keep its state as inputs and outputs: each call fed what the
     one before returned, past the transformer's context window, the audio is pocket-tts's own."""
