@@ -68,13 +68,19 @@ def measure(case, runs: int, threads: int, runtime: str = "onnx", alone: bool = 
     if threads == 1 and alone:  # the rules one by one (see above for 2 threads)
         variants["all rules"] = phaseconv.rewrite(ep)
         variants |= {f"{rule} alone": phaseconv.rewrite(ep, [rule]) for rule in applied}
-    sessions = {name: session(convert(program), threads) for name, program in variants.items()}
-    errors = {name: float((s.run(inputs)[0] - expected).abs().max()) for name, s in sessions.items()}
+    sessions, errors, failures = {}, {}, {}
+    for variant, program in variants.items():  # a conversion that fails is recorded, not the end of the run
+        try:
+            sessions[variant] = session(convert(program), threads)
+            errors[variant] = float((sessions[variant].run(inputs)[0] - expected).abs().max())
+        except Exception as error:
+            sessions.pop(variant, None)
+            failures[variant] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
     times = interleaved_times({n: partial(s.run, inputs) for n, s in sessions.items()}, runs, 2)
     ms = {name: median_ms(samples) for name, samples in times.items()}
     name = case.name if threads == 1 else f"{case.name} [{threads} threads]"
-    row = {"model": name, "ms": ms, "max_abs_error": errors, "applied": dict(applied)}
-    console.print(name, {n: round(v, 2) for n, v in ms.items()})
+    row = {"model": name, "ms": ms, "max_abs_error": errors, "applied": dict(applied), "failures": failures}
+    console.print(name, {n: round(v, 2) for n, v in ms.items()}, failures or "")
     return row
 
 
