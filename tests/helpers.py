@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -150,3 +151,17 @@ class CausalStep(torch.nn.Module):
         self.previous.copy_(full[..., -2:])
         self.count.add_(1)
         return self.conv(full) * self.count
+
+
+def assert_streams_like_eager(session, ep: ExportedProgram, x: torch.Tensor, calls: int = 4) -> None:
+    """A peer runtime's session of a CausalStep program (state as inputs and outputs): a call without
+    state starts from the initial one; each later call, fed the state the one before returned,
+    matches eager, and its count state says how many calls came before."""
+    reference, state = copy.deepcopy(ep.module()), ()  # ep.module() shares the program's buffers
+    with torch.no_grad():
+        assert_close(session.run((x,))[0], copy.deepcopy(ep.module())(x))
+        for call in range(calls):
+            x = torch.randn(x.shape)
+            out, *state = session.run((x,), tuple(state))
+            assert_close(out, reference(x))
+            assert float(state[1]) == call + 1

@@ -1,7 +1,5 @@
 """phaseconv.export_litert: the rewritten program through LiteRT's interpreter, against eager."""
 
-import copy
-
 import pytest
 import torch
 from torch import nn
@@ -9,7 +7,7 @@ from torch import nn
 import phaseconv
 from phaseconv.errors import PhaseconvError
 from phaseconv.models.audio import seanet_decoder
-from tests.helpers import CausalStep, assert_close, export
+from tests.helpers import CausalStep, assert_close, assert_streams_like_eager, export
 
 pytest.importorskip("litert_torch")
 pytest.importorskip("ai_edge_litert")
@@ -48,14 +46,7 @@ def test_a_stateful_step_converts_with_its_state_as_inputs_and_outputs():
     session = LiteRTSession(phaseconv.export_litert(ep)[0])
     assert len(session.state_names) == 2
     assert_close(session.initial_state[0], torch.zeros(1, 4, 2))
-    reference, state = copy.deepcopy(ep.module()), ()  # ep.module() shares the program's buffers
-    with torch.no_grad():
-        assert_close(session.run((x,))[0], copy.deepcopy(ep.module())(x))
-        for call in range(4):
-            x = torch.randn(1, 4, 5)
-            out, *state = session.run((x,), tuple(state))
-            assert_close(out, reference(x))
-            assert float(state[1]) == call + 1
+    assert_streams_like_eager(session, ep, x)
 
 
 def test_a_program_of_dynamic_length_is_refused():
