@@ -13,6 +13,7 @@ from phaseconv.math.polyphase import (
     folded_in_time_weight,
     interleave_phases,
     interleave_steps,
+    nearest_conv_weight,
     output_length,
     phase_bias,
     phase_reads,
@@ -24,6 +25,7 @@ from phaseconv.math.polyphase import (
 )
 
 CONV_TRANSPOSE = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
 def reference_and_polyphase(x, w, b, stride, padding, output_padding, groups, dilation):
@@ -221,3 +223,27 @@ def test_a_stride_1_correlation_folded_in_time_maps_input_phases_to_output_phase
     x, padded, w, conv = correlation_case(kernel, lengths, needed, sum(fold) * 7 + sum(outputs))
     phases = conv(space_to_depth(padded, fold), folded_in_time_weight(w, fold))
     torch.testing.assert_close(interleave_phases(phases, fold, 1), conv(x, w), rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spatial=st.integers(1, 3), groups=st.integers(1, 3), data=st.data())
+def test_property_a_convolution_of_a_nearest_upsample_is_a_transposed_convolution(spatial, groups, data):
+    """conv(nearest(x, r), w, padding p) == conv_transpose(x, G, stride r, padding k - 1 - p)."""
+    draw = data.draw
+    factors = [draw(st.integers(1, 4)) for _ in range(spatial)]
+    kernel = [draw(st.integers(1, 5)) for _ in range(spatial)]
+    padding = [draw(st.integers(0, k - 1)) for k in kernel]
+    length = [draw(st.integers(1, 4)) for _ in range(spatial)]
+    if any(n * r + 2 * p < k for n, r, p, k in zip(length, factors, padding, kernel)):
+        return
+    c_in, c_out = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    x = torch.randn(2, c_in, *length, dtype=torch.float64)
+    w = torch.randn(c_out, c_in // groups, *kernel, dtype=torch.float64)
+    b = torch.randn(c_out, dtype=torch.float64) if draw(st.booleans()) else None
+    upsampled = F.interpolate(x, scale_factor=factors, mode="nearest")
+    expected = CONV[spatial](upsampled, w, b, padding=padding, groups=groups)
+    weight = nearest_conv_weight(w, factors, groups)
+    assert list(weight.shape[2:]) == [k + r - 1 for k, r in zip(kernel, factors)]
+    transposed_padding = [k - 1 - p for k, p in zip(kernel, padding)]
+    actual = CONV_TRANSPOSE[spatial](x, weight, b, factors, transposed_padding, groups=groups)
+    torch.testing.assert_close(actual, expected)

@@ -114,6 +114,13 @@ def phase_window(
     )
 
 
+def mac_overhead(windows: list[PhaseWindow], kernel: list[int]) -> float:
+    """The polyphase convolution's multiply-adds over the deconvolution's: prod(B*m*s) / prod(L*k)."""
+    return math.prod(w.blocks * w.taps * w.stride for w in windows) / math.prod(
+        w.input_length * k for w, k in zip(windows, kernel)
+    )
+
+
 @dataclass(frozen=True)
 class PhaseRead:
     """What output phase j of a window reads when it is computed by a convolution of its own:
@@ -251,6 +258,24 @@ def phase_weight(weight: torch.Tensor, stride: list[int], dilation: list[int], g
     tap_dims = [3 + 2 * i for i in range(spatial)]
     weight = weight.permute([0, *phases, 2, 1, *tap_dims])
     return weight.reshape(groups * math.prod(stride) * c_out_g, c_in // groups, *taps).contiguous()
+
+
+def nearest_conv_weight(weight: torch.Tensor, factors: list[int], groups: int) -> torch.Tensor:
+    """Convolution weight [C_out, C_in/g, k...] after a nearest upsample by r -> the transposed
+    convolution weight [C_in, C_out/g, (k + r - 1)...] of stride r and padding k - 1 - p that
+    computes the same output:
+
+        conv(nearest(x, r), w, padding p) = conv_transpose(x, G, stride r, padding k - 1 - p)
+        G[j] = sum_u flip(w)[u] [0 <= j - u < r]      per spatial dimension (flip(w) * box of r ones)
+    """
+    spatial = len(factors)
+    weight = weight.flip(list(range(2, 2 + spatial)))
+    for dim, r in enumerate(factors, start=2):
+        after = [0, 0] * (weight.dim() - 1 - dim)
+        weight = sum(F.pad(weight, [*after, shift, r - 1 - shift]) for shift in range(r))
+    c_out, c_in_g = weight.shape[:2]
+    weight = weight.reshape(groups, c_out // groups, c_in_g, *weight.shape[2:]).transpose(1, 2)
+    return weight.reshape(groups * c_in_g, c_out // groups, *weight.shape[3:]).contiguous()
 
 
 def phase_slice(phases: torch.Tensor, stride: list[int], groups: int, phase: int) -> torch.Tensor:

@@ -14,6 +14,7 @@ from phaseconv.rules.lift_1d import Lift1dRule
 from phaseconv.rules.lstm import LstmRule
 from phaseconv.rules.mean import MeanRule
 from phaseconv.rules.mode_pad import ModePadRule
+from phaseconv.rules.nearest_conv import NearestConvRule
 from phaseconv.rules.nearest_upsample import NearestUpsampleRule
 from phaseconv.rules.padded_taps import PaddedTapsRule
 from phaseconv.rules.rotate_half import RotateHalfRule
@@ -28,6 +29,7 @@ from phaseconv.rules.winograd import WinogradRule
 DEFAULT_RULES: tuple[Rule, ...] = (
     FoldConstantsRule(),
     IstftRule(),
+    NearestConvRule(),
     ConvTransposeRule(),
     NearestUpsampleRule(),
     EluRule(),

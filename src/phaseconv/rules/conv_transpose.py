@@ -35,6 +35,7 @@ from phaseconv.math.polyphase import (
     PhaseRead,
     PhaseWindow,
     aligned_phases,
+    mac_overhead,
     output_length,
     phase_bias,
     phase_channel_values,
@@ -245,9 +246,7 @@ class ConvTransposeRule:
             folded, bounds = _trimming_slices(node, conv, lengths, kernel)
             settings = zip(conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding)
             windows = [phase_window(n, *s, start, stop) for n, s, (start, stop) in zip(lengths, settings, bounds)]
-        overhead = math.prod(w.blocks * w.taps * w.stride for w in windows) / math.prod(
-            w.input_length * k for w, k in zip(windows, kernel)
-        )
+        overhead = mac_overhead(windows, kernel)
         out_channels = conv.weight.meta["val"].shape[1] * conv.groups
         end = folded[-1] if folded else node
         activation = _fusable_activation(end) if not dynamic else None
