@@ -97,3 +97,48 @@ def operator_cases() -> list[LayerCase]:
         LayerCase("nearest x2 [1,64,64,64]", Nearest(2).eval(), (torch.randn(1, 64, 64, 64),), None),
         LayerCase("nearest x2 1d [1,128,2000]", Nearest(2).eval(), (torch.randn(1, 128, 2000),), None),
     ]
+
+
+class UpsampleConv(nn.Module):
+    """Stable Diffusion's Upsample2D: nearest x2 then a 3x3 convolution (the nearest_conv rule)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(nn.functional.interpolate(x, scale_factor=2, mode="nearest"))
+
+
+def upsample_conv_cases() -> list[LayerCase]:
+    """The SD 1.x VAE decoder's three upsamplers at 32x32 latents (the last at a quarter of its area),
+    with, as the limit, the 2x2 convolution of 4 * C outputs the rewrite computes."""
+    torch.manual_seed(0)
+    cases = []
+    for channels, size in ((512, 32), (512, 64), (256, 64)):
+        limit = nn.Conv2d(channels, 4 * channels, 2, padding=1)
+        module = UpsampleConv(channels).eval()
+        name = f"Upsample2D {channels} ch {size}x{size} -> {2 * size}x{2 * size}"
+        cases.append(LayerCase(name, module, (torch.randn(1, channels, size, size),), limit.eval()))
+    return cases
+
+
+class Magnitude(nn.Module):
+    """A magnitude spectrogram, centered, Hann window: |torch.stft(x)| (the stft rule)."""
+
+    def __init__(self, n_fft: int, hop: int):
+        super().__init__()
+        self.n_fft, self.hop = n_fft, hop
+        self.register_buffer("window", torch.hann_window(n_fft))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stft(x, self.n_fft, self.hop, window=self.window, return_complex=True).abs()
+
+
+def stft_cases() -> list[LayerCase]:
+    """Spectrogram front ends on 1 s at 24 kHz: stock runs a portable FFT, phaseconv a DFT convolution."""
+    torch.manual_seed(0)
+    return [
+        LayerCase(f"stft n_fft {n} hop {hop} |X| [1,24000]", Magnitude(n, hop).eval(), (torch.randn(1, 24000),), None)
+        for n, hop in ((1024, 256), (512, 128), (64, 16))
+    ]

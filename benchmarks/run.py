@@ -37,12 +37,18 @@ def main(
     import torch
 
     import phaseconv
-    from benchmarks.layers import depthwise_cases, layer_cases, operator_cases
+    from benchmarks.layers import (
+        depthwise_cases,
+        layer_cases,
+        operator_cases,
+        stft_cases,
+        upsample_conv_cases,
+    )
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
-    cases = layer_cases() + depthwise_cases() + operator_cases()
+    cases = layer_cases() + depthwise_cases() + operator_cases() + upsample_conv_cases() + stft_cases()
     rows = []
     cases = [c for c in cases if only in c.name]
     for case in track(cases, description="benchmarking layers", console=console):

@@ -31,6 +31,7 @@ from phaseconv.rules.mode_pad import ModePadRule
 # transposes), so the 2-D interleave is reshapes and transposes there too.
 LITERT_RULES = (
     RULES_BY_NAME["fold_constants"],
+    RULES_BY_NAME["nearest_conv"],
     RULES_BY_NAME["conv_transpose"],
     RULES_BY_NAME["nearest_upsample"],
     RULES_BY_NAME["elu"],

@@ -8,6 +8,7 @@ are those.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from torch.export import ExportedProgram
@@ -17,6 +18,7 @@ from phaseconv.rewrite import rewrite_and_convert
 from phaseconv.rules import RULES_BY_NAME
 from phaseconv.rules.conv_transpose import ConvTransposeRule
 from phaseconv.rules.mode_pad import ModePadRule
+from phaseconv.rules.nearest_conv import NearestConvRule
 
 # Measured with ONNX Runtime 1.32, 1 thread (results/onnx_rules.json): 1-D transposed convolutions
 # pay (Mimi 1.11x, EnCodec 1.07x), 2-D ones do not (MI-GAN 0.75x, StyleGAN2 0.84x, U-Net 0.90x: ORT's
@@ -35,6 +37,7 @@ from phaseconv.rules.mode_pad import ModePadRule
 # in another run), one conv 1.08x / 1.00x; the Mimi decoders the same either way (1.13-1.26x).
 ONNX_RULES = (
     RULES_BY_NAME["fold_constants"],
+    NearestConvRule(max_mac_overhead=math.inf),
     ConvTransposeRule(spatial_dims=(1,), split_depthwise=False),
     RULES_BY_NAME["elu"],
     ModePadRule(modes=("reflect",)),

@@ -1,4 +1,12 @@
-"""The inverse short-time Fourier transform as a transposed convolution (plain tensor functions).
+"""The short-time Fourier transform as a strided convolution, its inverse as a transposed one
+(plain tensor functions).
+
+`torch.stft` of x with window w (centered in N = n_fft samples), hop h: frame t is the DFT of the
+windowed samples x[t*h + n], n < N, so with bins k as output channels (real parts, then imaginary)
+
+    Re X[k, t] = sum_n x[t*h + n] * w[n] * cos(2 pi k n / N),   Im X[k, t] = -sum_n ... * sin(2 pi k n / N)
+
+is one convolution of stride h (times 1 / sqrt(N) when normalized).
 
 `torch.istft` of a one-sided spectrum X [B, K, T] (K = N // 2 + 1 bins, N = n_fft), window w, hop h:
 each frame is the inverse real DFT of its column,
@@ -48,3 +56,14 @@ def window_envelope(window: torch.Tensor, hop: int, frames: int) -> torch.Tensor
     for t in range(frames):
         envelope[t * hop : t * hop + n_fft] += window * window
     return envelope
+
+
+def forward_dft_weight(n_fft: int, window: torch.Tensor, bins: int, normalized: bool = False) -> torch.Tensor:
+    """W [2 * bins, 1, N]: W[k, 0, n] = w[n] * cos(2 pi k n / N), W[bins + k, 0, n] = -w[n] * sin(2 pi k n / N),
+    times 1 / sqrt(N) when normalized; `bins` is N // 2 + 1 (one-sided) or N. Computed in float64."""
+    k = torch.arange(bins, dtype=torch.float64)[:, None]
+    n = torch.arange(n_fft, dtype=torch.float64)[None, :]
+    angle = 2 * math.pi * ((k * n) % n_fft) / n_fft
+    scale = 1 / math.sqrt(n_fft) if normalized else 1.0
+    basis = torch.cat([torch.cos(angle), -torch.sin(angle)]) * window.to(torch.float64) * scale
+    return basis[:, None, :]

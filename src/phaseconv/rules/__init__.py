@@ -22,6 +22,7 @@ from phaseconv.rules.short_conv import ShortConvRule
 from phaseconv.rules.slice_of_cat import SliceOfCatRule
 from phaseconv.rules.slice_scatter import SliceScatterRule
 from phaseconv.rules.split_conv import SplitConvRule
+from phaseconv.rules.stft import StftRule
 from phaseconv.rules.variance import VarianceRule
 from phaseconv.rules.views import ViewRule
 from phaseconv.rules.winograd import WinogradRule
@@ -29,6 +30,7 @@ from phaseconv.rules.winograd import WinogradRule
 DEFAULT_RULES: tuple[Rule, ...] = (
     FoldConstantsRule(),
     IstftRule(),
+    StftRule(),
     NearestConvRule(),
     ConvTransposeRule(),
     NearestUpsampleRule(),

@@ -129,7 +129,9 @@ class NearestConvRule:
                 f"(kernel {kernel} after x{factors}, input {list(x.shape[2:])}), over the "
                 f"{self.max_mac_overhead}x past which conv_transpose leaves one to XNNPACK"
             )
-        return NearestConvPlan(node, upsample, factors, conv, nearest_conv_weight(weight, factors, conv.groups))
+        return NearestConvPlan(
+            node, upsample, factors, conv, nearest_conv_weight(weight.detach(), factors, conv.groups)
+        )
 
     def describe(self, plan: NearestConvPlan) -> str:
         scale = "x".join(map(str, plan.factors))

@@ -1,0 +1,96 @@
+"""torch.stft read as its magnitude or its real and imaginary parts -> one strided convolution (math/stft.py).
+
+ExecuTorch runs `torch.stft` (a mel front end, an STFT discriminator) outside XNNPACK: the reflect
+pad as a gather, unfold, a portable real FFT and a complex `abs` (3 partitions for `stft(x).abs()`).
+Each frame's DFT is a convolution of stride hop whose
+2K output channels are the windowed cosine and negated sine bases; `abs` of the spectrum is then
+sqrt(re^2 + im^2) and `view_as_real` a stack of the two halves. The DFT's sums are direct instead of
+an FFT's (float rounding). torch.stft's `center` padding comes before it in the program as a pad
+(reflect: mode_pad keeps it in the delegate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Node
+
+from phaseconv.graph.program import NotConstant, ProgramEditor
+from phaseconv.math.stft import forward_dft_weight, padded_window
+from phaseconv.rules.base import Skip
+
+aten = torch.ops.aten
+SIGNATURE = ("input", "n_fft", "hop_length", "win_length", "window", "normalized", "onesided", "return_complex")
+READERS = (aten.abs.default, aten.view_as_real.default)
+
+
+@dataclass(frozen=True)
+class StftPlan:
+    node: Node
+    weight: torch.Tensor  # [2K, 1, N]
+    hop: int
+    bins: int
+
+
+class StftRule:
+    """aten.stft -> conv1d with the DFT basis; abs -> sqrt(re^2 + im^2), view_as_real -> stack(re, im)."""
+
+    name = "stft"
+
+    def matches(self, node: Node) -> bool:
+        return node.op == "call_function" and node.target == aten.stft.default
+
+    def check(self, node: Node, editor: ProgramEditor) -> StftPlan | Skip:
+        args = {"hop_length": None, "win_length": None, "window": None, "normalized": False, "onesided": None}
+        args |= {"return_complex": None} | dict(zip(SIGNATURE, node.args)) | node.kwargs
+        x, n_fft = args["input"].meta["val"], args["n_fft"]
+        if x.dim() not in (1, 2) or not all(isinstance(n, int) for n in x.shape):
+            return Skip(f"an input of shape {list(x.shape)}: a signal [L] or batch [B, L] of static size")
+        if x.dtype != torch.float32:
+            return Skip(f"{x.dtype} input: XNNPACK's convolution runs float32 here")
+        if args["return_complex"]:
+            others = [user for user in node.users if user.target not in READERS]
+            if others:
+                return Skip(
+                    f"the complex spectrum is read by {others[0].name} ({others[0].target}): only its magnitude "
+                    "(abs) and view_as_real are rewritten"
+                )
+        win_length = args["win_length"] or n_fft
+        try:
+            window = None if args["window"] is None else editor.constant_value(args["window"])
+        except NotConstant as why:
+            return Skip(f"the window is not a constant: {why}")
+        window = padded_window(window, n_fft, win_length)
+        bins = n_fft if args["onesided"] is False else n_fft // 2 + 1
+        weight = forward_dft_weight(n_fft, window, bins, args["normalized"]).to(torch.float32)
+        return StftPlan(node, weight, args["hop_length"] or n_fft // 4, bins)
+
+    def describe(self, plan: StftPlan) -> str:
+        return f"convolution of stride {plan.hop} with the windowed DFT basis ({plan.bins} bins, real and imaginary)"
+
+    def apply(self, plan: StftPlan, editor: ProgramEditor) -> None:
+        node = plan.node
+        signal = node.args[0]
+        editor.release(node)  # dropped with its window once no reader is left
+        length = signal.meta["val"].shape[-1]
+        batch = signal.meta["val"].shape[0] if signal.meta["val"].dim() == 2 else None
+        x = editor.emit(node, aten.view.default, signal, [batch or 1, 1, length])
+        weight = editor.new_constant(plan.weight, f"{node.name}_dft")
+        spectrum = editor.emit(node, aten.conv1d.default, x, weight, None, [plan.hop])
+        real = editor.emit(node, aten.slice.Tensor, spectrum, 1, 0, plan.bins)
+        imaginary = editor.emit(node, aten.slice.Tensor, spectrum, 1, plan.bins, 2 * plan.bins)
+        if batch is None:  # a signal [L]: a spectrum [K, T]
+            frames = spectrum.meta["val"].shape[-1]
+            real, imaginary = (editor.emit(node, aten.view.default, p, [plan.bins, frames]) for p in (real, imaginary))
+        pair = editor.emit(node, aten.stack.default, [real, imaginary], -1)
+        readers = list(node.users) if node.meta["val"].is_complex() else []
+        for reader in readers:
+            if reader.target == aten.view_as_real.default:
+                editor.replace([reader], pair)
+                continue
+            squares = [editor.emit(reader, aten.mul.Tensor, p, p) for p in (real, imaginary)]
+            power = editor.emit(reader, aten.add.Tensor, *squares)
+            editor.replace([reader], editor.emit(reader, aten.sqrt.default, power))
+        if not readers:  # return_complex=False: the spectrum is already [..., 2]
+            editor.replace([node], pair)
