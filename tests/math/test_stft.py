@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from phaseconv.math.stft import inverse_dft_weight, padded_window, window_envelope
+from phaseconv.math.stft import forward_dft_weight, inverse_dft_weight, padded_window, window_envelope
 
 
 def istft_as_convolution(spectrum, n_fft, hop, window, win_length, center, normalized):
@@ -31,3 +31,20 @@ def test_matches_torch_istft(n_fft, hop, win_length, center, normalized):
     )
     actual = istft_as_convolution(spectrum, n_fft, hop, window, win_length, center, normalized)
     torch.testing.assert_close(actual, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "n_fft, hop, win_length, onesided, normalized",
+    [(16, 4, 16, True, False), (16, 4, 12, True, True), (15, 5, 15, False, False)],
+    ids=["hann", "short-window-normalized", "odd-two-sided"],
+)
+def test_forward_dft_convolution_matches_torch_stft(n_fft, hop, win_length, onesided, normalized):
+    window = torch.hann_window(win_length, dtype=torch.float64)
+    x = torch.randn(2, 200, dtype=torch.float64)
+    expected = torch.stft(
+        x, n_fft, hop, win_length, window, center=False, normalized=normalized, onesided=onesided, return_complex=True
+    )
+    bins = expected.shape[1]
+    weight = forward_dft_weight(n_fft, padded_window(window, n_fft, win_length), bins, normalized)
+    spectrum = torch.nn.functional.conv1d(x[:, None], weight, stride=hop)
+    torch.testing.assert_close(torch.complex(spectrum[:, :bins], spectrum[:, bins:]), expected)
