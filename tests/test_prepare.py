@@ -53,6 +53,7 @@ def test_mimi_without_prepare_has_data_dependent_lengths(mimi):
     assert declined and all("no known range (computed from the data?)" in d.reason for d in declined)
 
 
+@pytest.mark.slow  # 26 s: a whole decoder lowered; test_real_models lowers Mimi prepared by default
 def test_mimi_prepared_lowers_with_every_deconvolution_rewritten(mimi):
     model, latents = mimi
     prepared = phaseconv.prepare(model)

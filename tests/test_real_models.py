@@ -45,8 +45,9 @@ LEFT_OUTSIDE = {
 }
 
 
-# Mimi's codes variant (40 s here: its quantizer's codebooks) runs with -m slow; its latents variant by default.
-SLOW_FAMILIES = {"mimi codes"}
+# With -m slow (15-40 s each here): Mimi's codes variant (its quantizer's codebooks; the latents variant runs
+# by default), DAC and StyleGAN2 (their rules run by default on EnCodec, Mimi and the MI-GAN-like generator).
+SLOW_FAMILIES = {"mimi codes", "dac", "stylegan2"}
 
 
 @pytest.mark.parametrize(

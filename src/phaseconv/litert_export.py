@@ -29,6 +29,9 @@ from phaseconv.rules.mode_pad import ModePadRule
 # attention (1.00x). The U-Net's 2-D k2 s2 transposed convolutions gain nothing (1.02x):
 # litert-torch emits no DEPTH_TO_SPACE (it decomposes even pixel_shuffle into reshapes and
 # transposes), so the 2-D interleave is reshapes and transposes there too.
+# A convolution of a nearest upsample becomes a transposed one, then polyphase (nearest_conv): the SD 1.x VAE
+# decoder's export 1.13x (results/xeon/models.json); the small one 1.05x (results/xeon/litert_rules.json;
+# 0.99x the day before, without it).
 LITERT_RULES = (
     RULES_BY_NAME["fold_constants"],
     RULES_BY_NAME["nearest_conv"],

@@ -35,6 +35,10 @@ from phaseconv.rules.nearest_conv import NearestConvRule
 # a cat: fewer nodes, which ORT pays for per call. pocket-tts's streaming step (a stride-16 one), by
 # hand, stock export time / export_onnx's per frame at 1 / 2 threads: split 1.00x / 0.98x (0.85x at 2
 # in another run), one conv 1.08x / 1.00x; the Mimi decoders the same either way (1.13-1.26x).
+# A convolution of a nearest upsample (Stable Diffusion's x2 + 3x3) is merged into one ConvTranspose that ORT
+# runs itself (nearest_conv without conv_transpose's multiply-add limit: 2-D polyphase loses on ORT): the SD 1.x
+# VAE decoder's ORT export 1.06x faster on an Intel Xeon (results/xeon/models.json; 1.00x the day before,
+# without it); the small one, whose only upsampler has 64 channels, 0.99x alone (results/xeon/onnx_rules.json).
 ONNX_RULES = (
     RULES_BY_NAME["fold_constants"],
     NearestConvRule(max_mac_overhead=math.inf),

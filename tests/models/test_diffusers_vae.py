@@ -1,5 +1,5 @@
 """diffusers' VAE decoder as built (AutoencoderKL, a small config of its architecture, random
-weights): group norms, nearest x2 upsampling and the middle block's attention all run inside one
+weights): group norms, the nearest x2 upsampler and the middle block's attention all run inside one
 XNNPACK partition after phaseconv, and the runtime's image is the model's."""
 
 import pytest
@@ -29,7 +29,9 @@ def test_every_group_norm_and_upsample_is_rewritten(small_decoder):
             applied[decision.rule] = applied.get(decision.rule, 0) + 1
     # the middle block: 2 resnets of 2 norms and its attention's; 2 up blocks of 2 resnets; the output's
     assert applied["group_norm"] == 5 + 8 + 1, applied
-    assert applied["nearest_upsample"] == 1, applied
+    # its x2 upsample and the 3x3 convolution after it: one transposed convolution, then polyphase
+    assert applied["nearest_conv"] == 1 and applied["conv_transpose"] == 1, applied
+    assert "nearest_upsample" not in applied, applied
     assert applied["attention"] == 1, applied
 
 

@@ -128,6 +128,7 @@ def test_a_dynamic_length_of_any_parity_is_declined():
     assert not decision.applied and "not known to be even" in decision.reason
 
 
+@pytest.mark.slow  # 16 s: one lowering run at every length of its range
 def test_an_even_dynamic_length_runs_in_one_partition_at_every_length():
     """Whole tiles at every length: no crop of run-time length, which XNNPACK would leave outside."""
     x = torch.randn(1, 16, 40)

@@ -75,6 +75,7 @@ def test_a_refused_value_says_which_option():
         set_xnnpack_option("workspace_sharing_mode", 99)
 
 
+@pytest.mark.slow  # 24 s: two loads of a program with and without the cache
 def test_the_weight_cache_packs_a_shared_weight_once_and_stays_exact(program, tmp_path):
     buffer, x, expected = program
     (tmp_path / "steps.pte").write_bytes(buffer)
