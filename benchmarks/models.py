@@ -1,7 +1,7 @@
 """Real models, stock ExecuTorch vs phaseconv, through the runtime at 1 and 2 threads.
 
     python benchmarks/models.py [--threads 1,2] [--runs 10] [--only mimi] [--json results/models.json]
-                                [--plot results/models.png] [--no-litert]
+                                [--plot results/models.png] [--no-litert] [--memory]
 
 Per model: export the model as built and lower it with stock ExecuTorch (XNNPACK); export
 phaseconv.prepare(model) and lower it stock and after phaseconv.rewrite; export the prepared program
@@ -9,7 +9,10 @@ to ONNX as it is and with phaseconv.export_onnx, for ONNX Runtime, and to .tflit
 phaseconv.export_litert, for LiteRT (the peers, same thread count; LiteRT unless --no-litert); run
 each program against eager PyTorch (the model as built), then time all of them and eager PyTorch
 interleaved. XNNPACK's thread pool is sized once per process, so each thread count runs in its own
-worker process (this script with --worker).
+worker process (this script with --worker). With --memory, at one thread: the resident memory the
+stock and phaseconv programs add at load and by their first call, each loaded alone from its file in
+a fresh process (an allocator that served earlier work would hide growth), under the runtime's
+default loader and with XNNPACK's weight cache.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.workers import machine, saved_rows  # noqa: E402
+from benchmarks.workers import machine, resident_mib, saved_rows  # noqa: E402
 from phaseconv.models import diffusers_vae, image, stylegan, transformers_audio, unet  # noqa: E402
 from phaseconv.targets import host_target  # noqa: E402
 
@@ -88,9 +91,52 @@ def litert_models(ep) -> dict[str, bytes]:
     return {LITERT_STOCK: to_tflite(ep), LITERT_PHASECONV: phaseconv.export_litert(ep)[0]}
 
 
-def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = False) -> dict:
+def memory_worker(program: Path, inputs: Path, weight_cache: bool) -> None:
+    """In a fresh process: the resident MiB a program file adds by its load and by its first call."""
+    from phaseconv.runtimes.executorch import set_threads
+
+    set_threads(1)
+    import torch
+
+    from phaseconv.runtimes.executorch import LoadedProgram
+
+    tensors = torch.load(inputs)
+    before = resident_mib()
+    loaded = LoadedProgram(program.read_bytes(), weight_cache=weight_cache)
+    at_load = resident_mib()
+    loaded.run(tensors)
+    print(json.dumps({"load_mib": at_load - before, "first_call_mib": resident_mib() - before}))
+
+
+LOADERS = {"default loader": False, "weight cache": True}
+
+
+def resident_growth(buffers: dict[str, bytes], inputs) -> dict:
+    """{program: {loader: {load_mib, first_call_mib}}}, each program alone in a fresh process per loader."""
+    import torch
+
+    growth = {}
+    with tempfile.TemporaryDirectory() as folder:
+        saved_inputs = Path(folder) / "inputs.pt"
+        torch.save(tuple(inputs), saved_inputs)
+        for name, buffer in buffers.items():
+            path = Path(folder) / "program.pte"
+            path.write_bytes(buffer)
+            growth[name] = {}
+            for loader, cache in LOADERS.items():
+                command = [sys.executable, __file__, "--memory-of", str(path), "--json", str(saved_inputs)]
+                command.append("--weight-cache" if cache else "--no-weight-cache")
+                process = subprocess.run(command, capture_output=True, text=True)
+                if process.returncode != 0:
+                    raise SystemExit(f"the memory measurement of {name} failed:\n{process.stderr[-3000:]}")
+                growth[name][loader] = json.loads(process.stdout.splitlines()[-1])
+    return growth
+
+
+def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = False, memory: bool = False) -> dict:
     """Every program of one model: delegation, error against eager, interleaved medians; LiteRT's
-    two conversions too when `litert`."""
+    two conversions too when `litert`; resident memory of the stock and phaseconv programs when
+    `memory` (at one thread)."""
     import torch
 
     import phaseconv
@@ -117,7 +163,7 @@ def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = F
     programs["stock, prepared"] = ep
     fast, decisions = rewrite_with_report(ep, TARGET_RULES[host_target()])  # as phaseconv.lower(target="host")
     programs["phaseconv"] = fast
-    loaded, summaries, errors = {}, {}, {}
+    loaded, summaries, errors, buffers = {}, {}, {}, {}
 
     def lower_and_run(name, program) -> bool:
         try:
@@ -126,6 +172,7 @@ def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = F
             failures[name] = f"lowering: {_first_line(error)}"
             return False
         summaries[name] = summarize_pte(buffer).to_dict()
+        buffers[name] = buffer
         loaded[name] = LoadedProgram(buffer)
         (output,) = loaded[name].run(inputs)
         errors[name] = float((output.float() - expected.float()).abs().max())
@@ -167,6 +214,9 @@ def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = F
         "rewritten": dict(Counter(d.rule for d in decisions if d.applied)),
         "declined": [d.to_dict() for d in decisions if not d.applied],
     }
+    if memory and threads == 1:
+        baseline_buffer = {name: buffers[name] for name in (baseline, "phaseconv")}
+        row["memory"] = resident_growth(baseline_buffer, inputs)
     if litert:
         row["vs_litert"] = ms[LITERT_STOCK] / ms["phaseconv"]
         row["litert_export_gain"] = ms[LITERT_STOCK] / ms[LITERT_PHASECONV]
@@ -181,18 +231,18 @@ def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = F
     return row
 
 
-def worker(threads: int, runs: int, only: str, out: Path, litert: bool) -> None:
+def worker(threads: int, runs: int, only: str, out: Path, litert: bool, memory: bool) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(threads)  # before any program is loaded
     rows = []
     for case in (c for c in CASES if only.lower() in c.name.lower()):
-        rows.append(measure(case, threads, runs, lambda: print("round", flush=True), litert))
+        rows.append(measure(case, threads, runs, lambda: print("round", flush=True), litert, memory))
         print("model", flush=True)
         out.write_text(json.dumps(rows))
 
 
-def run_workers(threads: list[int], runs: int, only: str, litert: bool) -> list[dict]:
+def run_workers(threads: list[int], runs: int, only: str, litert: bool, memory: bool) -> list[dict]:
     cases = [c for c in CASES if only.lower() in c.name.lower()]
     rows = []
     with Progress(console=console) as progress:
@@ -202,6 +252,7 @@ def run_workers(threads: list[int], runs: int, only: str, litert: bool) -> list[
                 out = Path(folder) / "rows.json"
                 command = [sys.executable, __file__, "--worker", "--threads", str(count), "--runs", str(runs)]
                 command += ["--only", only, "--json", str(out), "--litert" if litert else "--no-litert"]
+                command.append("--memory" if memory else "--no-memory")
                 process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 done = 0
                 for line in process.stdout:
@@ -298,15 +349,21 @@ def main(
     plot_path: Path = typer.Option(Path("results/models.png"), "--plot", help="where to draw the chart"),
     as_markdown: bool = typer.Option(False, "--markdown", help="print the saved results as a Markdown table"),
     litert: bool = typer.Option(True, help="LiteRT's stock conversion and export_litert too (pip install '.[litert]')"),
+    memory: bool = typer.Option(False, help="resident memory of each program loaded alone, at one thread (slower)"),
     is_worker: bool = typer.Option(False, "--worker", hidden=True),
+    memory_of: Path | None = typer.Option(None, "--memory-of", hidden=True),
+    weight_cache: bool = typer.Option(True, hidden=True),
 ) -> None:
+    if memory_of is not None:  # a fresh process that loads one program (resident_growth)
+        memory_worker(memory_of, json_path, weight_cache)
+        return
     if is_worker:
-        worker(int(threads), runs, only, json_path, litert)
+        worker(int(threads), runs, only, json_path, litert, memory)
         return
     if as_markdown:
         print(markdown(json.loads(json_path.read_text())["models"]))
         return
-    rows = run_workers([int(t) for t in threads.split(",")], runs, only, litert)
+    rows = run_workers([int(t) for t in threads.split(",")], runs, only, litert, memory)
     console.print(table(rows))
     console.print(
         "stock baseline when the model as built does not export or lower: (w) conv settings made static, "

@@ -51,9 +51,9 @@ def _stock(row: dict) -> tuple[str, float]:
 LITERT = ("LiteRT, stock conversion", "LiteRT, phaseconv export")
 
 
-def models(data: dict, threads: tuple[int, ...] = (1, 2)) -> str:
+def models(data: dict, threads: tuple[int, ...] = (1, 2), memory: bool = True) -> str:
     """Whole models: stock ExecuTorch, phaseconv, ONNX Runtime and LiteRT (where measured; each as
-    converted and by phaseconv's export) and eager PyTorch, in ms."""
+    converted and by phaseconv's export) and eager PyTorch, in ms; resident memory where measured."""
     litert = any(LITERT[0] in row["ms"] for row in data["models"])
     header = ["model", "threads", "stock ExecuTorch", "phaseconv", "speedup", "ORT", "ORT, phaseconv export"]
     header += ["LiteRT", "LiteRT, phaseconv export"] if litert else []
@@ -82,12 +82,29 @@ def models(data: dict, threads: tuple[int, ...] = (1, 2)) -> str:
         )
     runs = data["meta"].get("runs")
     note = f" Milliseconds per call, median of {runs} interleaved runs." if runs else ""
-    return _machine(data["meta"], "python benchmarks/models.py") + note + "\n\n" + _table(header, rows)
+    text = _machine(data["meta"], "python benchmarks/models.py") + note + "\n\n" + _table(header, rows)
+    return text + (_memory(data) if memory else "")
+
+
+def _memory(data: dict) -> str:
+    """Resident memory added at load and by the first call (`models.py --memory`), where measured."""
+    rows = [
+        [row["model"], program, *(f"{g['load_mib']:.0f} / {g['first_call_mib']:.0f}" for g in loaders.values())]
+        for row in data["models"]
+        for program, loaders in row.get("memory", {}).items()
+    ]
+    if not rows:
+        return ""
+    header = ["model", "program", "default loader: MiB at load / after the first call", "with the weight cache"]
+    return (
+        "\n\nResident memory each program adds, loaded alone from its file in a fresh process, one thread"
+        " (`python benchmarks/models.py --memory`):\n\n" + _table(header, rows)
+    )
 
 
 def headline(data: dict) -> str:
     """The README's table: whole models at one thread."""
-    return models(data, threads=(1,))
+    return models(data, threads=(1,), memory=False)
 
 
 def streaming(data: dict) -> str:

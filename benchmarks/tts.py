@@ -44,7 +44,7 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.report import tts as tts_tables  # noqa: E402
-from benchmarks.workers import save_results, worker_rows  # noqa: E402
+from benchmarks.workers import resident_mib, save_results, worker_rows  # noqa: E402
 
 console = Console(width=200)
 TEXTS = {
@@ -55,13 +55,6 @@ TEXTS = {
     ),
 }
 DEFAULT_CONFIGS = "english_2m_2026-10,english_18m_2026-10,english_2026-09"
-
-
-def resident_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return math.nan
 
 
 def memory_worker(program: Path, tokenizer: Path) -> None:

@@ -28,6 +28,14 @@ def worker_rows(script: str, arguments: list[str], status: str, console: Console
         return json.loads(out.read_text())
 
 
+def resident_mib() -> float:
+    """This process's resident memory (VmRSS), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def machine() -> dict:
     """What the figures were measured on: architecture, CPU model, the widest vector unit torch uses."""
     import torch

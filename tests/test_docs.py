@@ -35,3 +35,15 @@ def test_links_into_docs_resolve():
         for target in re.findall(r"\]\(((?:docs/)?[\w-]+\.md)\)", page.read_text()):
             folder = page.parent
             assert (folder / target).is_file(), f"{page.name} links to {target}"
+
+
+def test_resident_memory_is_a_table_of_the_models_page_not_of_the_readme():
+    from benchmarks.report import headline, models
+
+    growth = {"load_mib": 40.0, "first_call_mib": 651.4}
+    row = {"model": "EnCodec", "threads": 1, "baseline": "stock, prepared", "ms": {"stock, prepared": 2.0}}
+    row["ms"]["phaseconv"] = 1.0
+    row["memory"] = {"phaseconv": {"default loader": growth, "weight cache": {"load_mib": 30, "first_call_mib": 35}}}
+    data = {"meta": {"runs": 3}, "models": [row]}
+    assert "| EnCodec | phaseconv | 40 / 651 | 30 / 35 |" in models(data)
+    assert "Resident memory" not in headline(data)
