@@ -140,5 +140,5 @@ def stft_cases() -> list[LayerCase]:
     torch.manual_seed(0)
     return [
         LayerCase(f"stft n_fft {n} hop {hop} |X| [1,24000]", Magnitude(n, hop).eval(), (torch.randn(1, 24000),), None)
-        for n, hop in ((1024, 256), (512, 128), (64, 16))
+        for n, hop in ((1024, 256), (512, 128), (256, 64), (128, 32), (64, 16))
     ]

@@ -91,8 +91,9 @@ class WindowGiven(nn.Module):
         (Phase(), (torch.randn(1, 400),), "only its magnitude (abs) and view_as_real"),
         (WindowGiven(), (torch.randn(1, 400), torch.rand(32)), "window is not a constant"),
         (Spectrogram().double(), (torch.randn(1, 400, dtype=torch.float64),), "runs float32"),
+        (Spectrogram(n_fft=512, hop=128), (torch.randn(1, 4000),), "lose to the portable FFT"),
     ],
-    ids=["phase", "window-input", "float64"],
+    ids=["phase", "window-input", "float64", "long-window"],
 )
 def test_declines_with_the_reason(module, inputs, words):
     ep = export(module, *inputs)
