@@ -80,6 +80,7 @@ def test_voice_encoded_a_few_frames_at_a_time_is_pocket_tts_encoding():
     torch.testing.assert_close(streamed[:, :19], expected, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # 17 s: every method of the program lowered
 def test_each_reset_writes_the_state_its_methods_write_under_the_same_names():
     """The methods share a buffer only when they name it alike: a reset of other names would leave the
     state of the last utterance in place (tts_programs also refuses to build such a program)."""
