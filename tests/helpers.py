@@ -46,6 +46,19 @@ def assert_close(actual, expected, scale: float = 1.0) -> None:
     torch.testing.assert_close(actual, expected, rtol=tol["rtol"], atol=tol["atol"] * max(1.0, scale))
 
 
+def rewrite_applying(rule: str, ep: ExportedProgram, *inputs: torch.Tensor) -> ExportedProgram:
+    """phaseconv.rewrite(ep), after checking that `rule` applies to its one candidate; the result matches
+    eager on `inputs` (tolerance scaled by the output's magnitude) and keeps no constant that nothing reads."""
+    (decision,) = decisions_of(rule, ep)
+    assert decision.applied, decision
+    rewritten = phaseconv.rewrite(ep)
+    expected = run(ep, *inputs)
+    assert_close(run(rewritten, *inputs), expected, scale=float(expected.abs().max()))
+    unread = [n.name for n in rewritten.graph.nodes if n.op == "placeholder" and not n.users]
+    assert not unread, f"constants left with no reader: {unread}"
+    return rewritten
+
+
 def lower_and_run(ep: ExportedProgram, *inputs: torch.Tensor):
     """Lower to XNNPACK, load the bytes with the ExecuTorch runtime, run: (delegation summary, outputs)."""
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack

@@ -21,6 +21,13 @@ aten = torch.ops.aten
 SIGNATURE = ("input", "n_fft", "hop_length", "win_length", "window", "center", "normalized", "onesided", "length")
 
 
+def constant_window(args: dict, editor: ProgramEditor) -> torch.Tensor:
+    """The `window` argument of an (i)stft as a constant centered in n_fft samples (ones when there is
+    none); NotConstant when the program computes it from its inputs."""
+    window = None if args["window"] is None else editor.constant_value(args["window"])
+    return padded_window(window, args["n_fft"], args["win_length"] or args["n_fft"])
+
+
 @dataclass(frozen=True)
 class IstftPlan:
     node: Node
@@ -61,12 +68,10 @@ class IstftRule:
         if args["onesided"] is False or bins != n_fft // 2 + 1:
             return Skip(f"{bins} bins for n_fft {n_fft}: only one-sided spectra (n_fft // 2 + 1 bins) are rewritten")
         hop = args["hop_length"] or n_fft // 4
-        win_length = args["win_length"] or n_fft
         try:
-            window = None if args["window"] is None else editor.constant_value(args["window"])
+            window = constant_window(args, editor)
         except NotConstant as why:
             return Skip(f"the window is not a constant: {why}")
-        window = padded_window(window, n_fft, win_length)
         envelope = window_envelope(window, hop, frames)
         start = n_fft // 2 if args["center"] else 0
         end = envelope.numel() - (n_fft // 2 if args["center"] else 0)

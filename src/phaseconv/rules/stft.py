@@ -22,8 +22,9 @@ from torch.fx import Node
 from phaseconv.graph.interleave import space_to_depth
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.math.polyphase import strided_as_phases_weight
-from phaseconv.math.stft import forward_dft_weight, padded_window
+from phaseconv.math.stft import forward_dft_weight
 from phaseconv.rules.base import Skip
+from phaseconv.rules.istft import constant_window
 
 aten = torch.ops.aten
 SIGNATURE = ("input", "n_fft", "hop_length", "win_length", "window", "normalized", "onesided", "return_complex")
@@ -73,12 +74,10 @@ class StftRule:
                     f"the complex spectrum is read by {others[0].name} ({others[0].target}): only its magnitude "
                     "(abs) and view_as_real are rewritten"
                 )
-        win_length = args["win_length"] or n_fft
         try:
-            window = None if args["window"] is None else editor.constant_value(args["window"])
+            window = constant_window(args, editor)
         except NotConstant as why:
             return Skip(f"the window is not a constant: {why}")
-        window = padded_window(window, n_fft, win_length)
         bins = n_fft if args["onesided"] is False else n_fft // 2 + 1
         weight = forward_dft_weight(n_fft, window, bins, args["normalized"]).to(torch.float32)
         return StftPlan(node, weight, args["hop_length"] or n_fft // 4, bins)
