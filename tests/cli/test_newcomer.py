@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.cli.test_cli import ROOT, phaseconv
+from tests.cli.test_cli import ROOT, phaseconv, phaseconv_here
 
 TINY_MIMI = "tests.cli.factories:tiny_mimi"
 
@@ -99,7 +99,7 @@ def test_a_built_in_real_decoder_by_name():
     ],
 )
 def test_bad_built_in_names(spec, message):
-    result = phaseconv("explain", spec)
+    result = phaseconv_here("explain", spec)
     assert result.returncode == 2 and message in result.stderr, result.stderr
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.cli.factories import small_decoder
-from tests.cli.test_cli import FACTORY, assert_clean_failure, phaseconv
+from tests.cli.test_cli import FACTORY, assert_clean_failure, phaseconv, phaseconv_here
 
 
 @pytest.fixture
@@ -65,5 +65,5 @@ def test_lower_quantize_bad_input(case, words, calibration, tmp_path):
         "unknown_mode": ["--quantize", "int4"],
     }[case]
     output = tmp_path / "model.pte"
-    assert_clean_failure(phaseconv("lower", FACTORY, *args, "-o", output), *words)
+    assert_clean_failure(phaseconv_here("lower", FACTORY, *args, "-o", output), *words)
     assert not output.exists()

@@ -7,7 +7,7 @@ import wave
 import numpy as np
 import pytest
 
-from tests.cli.test_cli import PHASECONV, ROOT, phaseconv
+from tests.cli.test_cli import PHASECONV, ROOT, phaseconv, phaseconv_here
 
 pytest.importorskip("pocket_tts")
 
@@ -100,6 +100,6 @@ def test_missing_external_data_is_refused_before_loading(tmp_path):
 )
 def test_bad_input_gets_one_line_and_exit_2(tmp_path, args, message):
     (tmp_path / "w.safetensors").write_bytes(b"not safetensors")
-    result = phaseconv(*[a.format(tmp=tmp_path) for a in args])
+    result = phaseconv_here(*[a.format(tmp=tmp_path) for a in args])
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "x.pte").exists()
