@@ -206,9 +206,28 @@ def console(data: dict) -> str:
     return _machine(data["meta"], "python benchmarks/example.py", "Run") + "\n\n```console\n" + session + "\n```"
 
 
+def lstm_loop(data: dict) -> str:
+    """An LSTM unrolled or as a loop (`benchmarks/lstm_loop.py`), default loader, one thread."""
+    header = ["LSTM form", "ms per call", "max error vs eager", "partitions"]
+    header += ["default loader: MiB at load / after the first call", "with the weight cache"]
+    rows = [
+        [
+            row["program"],
+            _ms(row["median_ms"]),
+            f"{row['max_error']:.1e}",
+            str(row["partitions"]),
+            *(f"{g['load_mib']:.0f} / {g['first_call_mib']:.0f}" for g in row["memory"].values()),
+        ]
+        for row in data["rows"]
+    ]
+    steps = data["rows"][0]["steps"]
+    return _machine(data["meta"], data["meta"]["command"]) + f" {steps} steps, one thread.\n\n" + _table(header, rows)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
     "console": console,
     "headline": headline,
+    "lstm_loop": lstm_loop,
     "models": models,
     "streaming": streaming,
     "tts": tts,

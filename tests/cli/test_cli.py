@@ -25,9 +25,13 @@ def phaseconv(*args, cwd=ROOT, env=None):
     return subprocess.run([*PHASECONV, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
+THREADS_SET_HERE = "the command sizes XNNPACK's threads, which a test process may not do twice: use phaseconv()"
+
+
 def phaseconv_here(*args, cwd=ROOT):
     """The console script's `main` in this process, as `phaseconv` returns it: for bad input, which
-    fails before any program loads (a fresh process pays a 4-13 s import of torch and executorch)."""
+    fails before any program loads (a fresh process pays a 4-13 s import of torch and executorch).
+    A command that would size XNNPACK's threads fails instead: after a load, that crashes a process."""
     from phaseconv import cli
 
     argv = ["phaseconv", *map(str, args)]
@@ -35,6 +39,7 @@ def phaseconv_here(*args, cwd=ROOT):
     with (
         warnings.catch_warnings(),  # the command silences library warnings and logs: not the suite's
         _logger_levels("torch", "torchao", "executorch", "pocket_tts"),
+        mock.patch("phaseconv.runtimes.executorch.set_threads", side_effect=AssertionError(THREADS_SET_HERE)),
         mock.patch.object(sys, "argv", argv),
         contextlib.redirect_stdout(stdout),
         contextlib.redirect_stderr(stderr),
