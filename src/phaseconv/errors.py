@@ -46,7 +46,8 @@ def known_cause(error: Exception, prepared: bool = False) -> str:
 
 @contextlib.contextmanager
 def parked_stderr(enabled: bool = True):
-    """The process's stderr (file descriptor 2: C++ libraries too) goes to a temporary file meanwhile.
+    """The process's stderr (file descriptor 2: C++ libraries too) and Python's `sys.stderr` (which
+    need not be descriptor 2: a notebook's, a test's) go to a temporary file meanwhile.
 
     For library chatter the user did not cause (torch.export's diagnosis before it raises, the
     ExecuTorch runtime's CPU probing on load); what a failure raises is still what the user is told.
@@ -54,13 +55,15 @@ def parked_stderr(enabled: bool = True):
     if not enabled:
         yield
         return
-    sys.stderr.flush()
+    stream = sys.stderr
+    stream.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as parked:
+    with tempfile.TemporaryFile("w+") as parked:
         os.dup2(parked.fileno(), 2)
         try:
-            yield
+            with contextlib.redirect_stderr(parked):
+                yield
         finally:
-            sys.stderr.flush()
+            stream.flush()  # what holders of the stream (log handlers) wrote meanwhile, while 2 is parked
             os.dup2(saved, 2)
             os.close(saved)
