@@ -75,7 +75,7 @@ def lstm_modules(steps: int):
                     i, f, g, o = (gates[:, k * WIDTH : (k + 1) * WIDTH] for k in range(4))
                     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                     h = torch.sigmoid(o) * torch.tanh(c)
-                    return (h, c), h * 1.0  # a node of its own: XNNPACK returns no input as an output
+                    return (h, c), h * 1.0  # a node of its own: a delegate cannot return one value twice
 
                 _, x = scan(cell, (torch.zeros(1, WIDTH), torch.zeros(1, WIDTH)), inputs)
                 x = x[:, 0]
