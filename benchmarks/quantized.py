@@ -141,7 +141,9 @@ def measure(name: str, build, threads: int, runs: int) -> dict:
     for program_name, (program, rewrite) in built.items():
         try:
             lowered = phaseconv.lower(program, rewrite=rewrite, target="host")
-            loaded[program_name] = LoadedProgram(lowered.buffer)
+            # no weight cache: int8 programs with the same weights and other scales would share packed
+            # data in it, requantization scales included (docs/int8.md)
+            loaded[program_name] = LoadedProgram(lowered.buffer, weight_cache=False)
             (output,) = loaded[program_name].run(inputs)
         except Exception as error:
             failures[program_name] = _first_line(error)

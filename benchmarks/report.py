@@ -224,9 +224,29 @@ def lstm_loop(data: dict) -> str:
     return _machine(data["meta"], data["meta"]["command"]) + f" {steps} steps, one thread.\n\n" + _table(header, rows)
 
 
+def int8_sensitivity(data: dict) -> str:
+    """The int8 step with one part of the decoder fp32 at a time (`benchmarks/int8_sensitivity.py`)."""
+    header = ["kept fp32", "module", "SNR vs fp32 step", "gain", "convolution MACs kept fp32"]
+    base = data["rows"][0]["snr_db"]
+    rows = [
+        [
+            f"`{row['fp32']}`" if row["fp32"] else "none (every part int8)",
+            row["module"] or "-",
+            f"{row['snr_db']:.2f} dB",
+            f"{row['snr_db'] - base:+.2f} dB",
+            f"{100 * row['fp32_macs_share']:.1f}%",
+        ]
+        for row in data["rows"]
+    ]
+    meta, config = data["meta"], data["rows"][0]["config"]
+    note = f" pocket-tts {config}, SNR over {meta['frames']} frames, {meta['calibration_frames']} calibration frames."
+    return _machine(meta, "python benchmarks/int8_sensitivity.py") + note + "\n\n" + _table(header, rows)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
     "console": console,
     "headline": headline,
+    "int8_sensitivity": int8_sensitivity,
     "lstm_loop": lstm_loop,
     "models": models,
     "streaming": streaming,

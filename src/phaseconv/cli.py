@@ -199,6 +199,12 @@ def lower(
     calibration: Path | None = typer.Option(
         None, "--calibration", help="a folder of .npy files (one input each) or .npz files (one input set each)"
     ),
+    keep_float: list[str] = typer.Option(
+        [],
+        "--keep-float",
+        help="with --quantize: a submodule, named as named_modules() names it, whose operators stay fp32 "
+        "(repeatable); for the layers int8 costs most SNR",
+    ),
     target: str = typer.Option("any", help=TARGET_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     tokenizer: Path | None = typer.Option(
@@ -225,8 +231,10 @@ def lower(
             raise PhaseconvError(
                 f"--quantize takes {schemes} for {TTS_PREFIX}CONFIG (its LM's linears), got {quantize!r}"
             )
-        if calibration is not None:
-            raise PhaseconvError(f"--calibration is not for {TTS_PREFIX}CONFIG: 8da4w and 8da8w need none")
+        if calibration is not None or keep_float:
+            raise PhaseconvError(
+                f"--calibration and --keep-float are not for {TTS_PREFIX}CONFIG: its 8da4w and 8da8w need neither"
+            )
         options = (tokenizer, capacity, quantize, no_rewrite, external_constants, target, as_json, verbose)
         return _lower_tts(model, output, weights, *options)
     if tokenizer is not None or capacity is not None:
@@ -235,12 +243,14 @@ def lower(
         raise PhaseconvError(f"--quantize takes {' or '.join(QUANTIZE_MODES)}, got {quantize!r}")
     if calibration is not None and quantize != "int8":
         raise PhaseconvError("--calibration goes with --quantize int8")
+    if keep_float and quantize is None:
+        raise PhaseconvError("--keep-float goes with --quantize")
     sets = calibration_sets(calibration) if calibration is not None else None  # before the model: cheap
     source = _load(model, not no_prepare, weights)
     with _known_failures(model, source.prepared):
         program = source.program
         if quantize is not None:
-            program = _quantized(source, quantize, sets)
+            program = _quantized(source, quantize, sets, keep_float)
         lowered = lower_program(
             program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants, target=target
         )
@@ -432,19 +442,19 @@ def _integers(text: str, option: str) -> list[int]:
     return values
 
 
-def _quantized(source, flag: str, sets):
-    """The source's program quantized as `--quantize flag` asks, calibrated on `sets` (input tuples)."""
+def _quantized(source, flag: str, sets, keep_float: list[str]):
+    """The source's program quantized as `--quantize flag` asks, calibrated on `sets` (input tuples),
+    the `keep_float` submodules left fp32."""
     from phaseconv.quantize import quantize
 
-    if sets is None:
-        sets = [source.inputs]
-        if flag == "int8":
-            Console(stderr=True).print(
-                "warning: no --calibration: the int8 activation scales come from the example inputs alone",
-                highlight=False,
-                soft_wrap=True,
-            )
-    return quantize(source.program, sets, mode=QUANTIZE_MODES[flag])
+    quantized = quantize(source.program, sets or [source.inputs], mode=QUANTIZE_MODES[flag], keep_float=keep_float)
+    if sets is None and flag == "int8":  # after quantize, which names bad input first
+        Console(stderr=True).print(
+            "warning: no --calibration: the int8 activation scales come from the example inputs alone",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return quantized
 
 
 def _int8_snr(source, lowered, files: list[Path]) -> float:

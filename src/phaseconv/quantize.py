@@ -31,6 +31,7 @@ def quantize(
     calibration_inputs: Sequence[tuple[torch.Tensor, ...]] | tuple[torch.Tensor, ...],
     mode: str = "static",
     rewrite_first: bool | None = None,
+    keep_float: Sequence[str] = (),
 ) -> ExportedProgram:
     """The program quantized to int8 with XNNPACKQuantizer (per-channel weights), re-exported.
 
@@ -41,12 +42,15 @@ def quantize(
     deconvolution where it wins. None (static mode): rewrite first when the program has a grouped or
     depthwise transposed convolution, which the XNNPACK quantizer leaves in fp32 and XNNPACK then
     cannot lower between int8 neighbours ("Weight and Input should both be quantized").
+    `keep_float`: names of submodules (as `named_modules` gives them) whose operators stay fp32.
     """
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from phaseconv.graph.keep_float import KeepFloat, from_modules, require_modules
 
     if mode not in MODES:
         raise PhaseconvError(f"unknown quantization mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -66,6 +70,8 @@ def quantize(
         kind = type(model_or_program)
         raise TypeError(f"expected an nn.Module or an ExportedProgram, got {kind.__module__}.{kind.__qualname__}")
     require_matching_inputs(program, calibration)
+    keep_float = (keep_float,) if isinstance(keep_float, str) else tuple(keep_float)
+    require_modules(program, keep_float)
     if rewrite_first is None:
         rewrite_first = mode == "static" and has_grouped_deconvolution(program)
     if rewrite_first and mode == "dynamic":
@@ -74,7 +80,11 @@ def quantize(
         program = rewrite_program(program, rules=PRE_QUANTIZATION_RULES)
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=mode == "dynamic")
     # A copy: calibration runs the program, which writes its state buffers (a streaming step's).
-    prepared = prepare_pt2e(copy_program(program).module(), XNNPACKQuantizer().set_global(config))
+    quantizer = XNNPACKQuantizer().set_global(config)
+    if keep_float:
+        # the filter keeps patterns that cross into a kept module (conv + relu) from matching at all
+        quantizer = KeepFloat(quantizer.set_filter_function(lambda n: not from_modules(n, keep_float)), keep_float)
+    prepared = prepare_pt2e(copy_program(program).module(), quantizer)
     with torch.no_grad():
         for inputs in calibration:
             prepared(*inputs)

@@ -35,6 +35,17 @@ def test_lower_int8_calibrated_from_a_folder(calibration, tmp_path):
 
 
 @pytest.mark.slow
+def test_lower_int8_keeps_the_named_module_float(calibration, tmp_path):
+    args = ("lower", FACTORY, "--quantize", "int8", "--calibration", calibration, "--json", "-o")
+    every = phaseconv_here(*args, tmp_path / "int8.pte")
+    kept = phaseconv_here(*args, tmp_path / "kept.pte", "--keep-float", "layers.12", "--keep-float", "layers.14")
+    assert every.returncode == kept.returncode == 0, kept.stderr
+    every, kept = json.loads(every.stdout), json.loads(kept.stdout)
+    assert kept["delegation"]["phaseconv"]["partitions"] == 1
+    assert kept["snr_db"] > every["snr_db"]
+
+
+@pytest.mark.slow
 def test_lower_int8_without_calibration_warns(tmp_path):
     result = phaseconv("lower", FACTORY, "--quantize", "int8", "-o", tmp_path / "int8.pte")
     assert result.returncode == 0, result.stderr
@@ -50,6 +61,8 @@ def test_lower_int8_without_calibration_warns(tmp_path):
         ("not_a_folder", ["not a folder"]),
         ("without_quantize", ["--calibration goes with --quantize int8"]),
         ("unknown_mode", ["--quantize takes int8 or int8-dynamic"]),
+        ("keep_float_without_quantize", ["--keep-float goes with --quantize"]),
+        ("keep_float_unknown", ["no operator of the program comes from a module 'layers.12.blok'", "layers.12.block"]),
     ],
 )
 def test_lower_quantize_bad_input(case, words, calibration, tmp_path):
@@ -63,6 +76,8 @@ def test_lower_quantize_bad_input(case, words, calibration, tmp_path):
         "not_a_folder": ["--quantize", "int8", "--calibration", calibration / "0.npy"],
         "without_quantize": ["--calibration", calibration],
         "unknown_mode": ["--quantize", "int4"],
+        "keep_float_without_quantize": ["--keep-float", "layers.12"],
+        "keep_float_unknown": ["--quantize", "int8", "--keep-float", "layers.12.blok"],
     }[case]
     output = tmp_path / "model.pte"
     assert_clean_failure(phaseconv_here("lower", FACTORY, *args, "-o", output), *words)

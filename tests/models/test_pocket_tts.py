@@ -84,6 +84,35 @@ def test_a_peer_runtime_step_streams_like_pocket_tts(peer):
     assert peak_scaled_pcm_error(torch.cat(frames, dim=-1), expected) < 1.0
 
 
+# 40 s: run in CI (`-m slow`)
+@pytest.mark.slow
+def test_int8_step_with_its_output_block_kept_float():
+    """The step quantized with keep_float=[output_block()]: that block's convolutions keep fp32 weights,
+    the program is still one partition, and the runtime follows the quantized program frame by frame."""
+    from phaseconv.graph.keep_float import from_modules
+    from phaseconv.graph.quantized import QUANTIZE
+    from phaseconv.quantize import quantize
+
+    step = MimiStep(build_mimi(SMALL))
+    latents = torch.randn(1, 20, step.latent_dim, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ep = torch.export.export(step, (latents[:, :1],))
+    block = step.output_block()
+    assert block == "mimi.decoder.model.9"  # the last of three SEANet residual blocks
+    quantized = quantize(ep, [(latents[:, i : i + 1],) for i in range(8)], keep_float=[block])
+    convs = [n for n in quantized.graph.nodes if n.target == torch.ops.aten.conv2d.default]
+    kept = [n for n in convs if from_modules(n, [block])]
+    assert kept and all(n.args[1].op == "placeholder" for n in kept)  # an fp32 weight, not a dequantize
+    assert all(n.args[1].op == "call_function" for n in convs if n not in kept)
+    lowered = phaseconv.lower(quantized)
+    assert lowered.summary.partitions == 1 and set(lowered.summary.outside) <= STATE_WRITES, lowered.summary
+    module = copy.deepcopy(quantized.module())
+    with torch.no_grad():
+        expected = torch.cat([module(latents[:, i : i + 1]) for i in range(20)], dim=-1)
+    output_step = [n for n in quantized.graph.nodes if n.target == QUANTIZE][-1].args[1]
+    torch.testing.assert_close(stream_runtime(lowered.buffer, latents), expected, rtol=0, atol=2 * output_step)
+
+
 def test_step_module_equals_pocket_tts_in_eager_for_every_frame():
     mimi = build_mimi(SMALL)
     step = MimiStep(mimi)

@@ -230,6 +230,14 @@ class MimiStep(StreamingStep):
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
         return self.mimi.decode_from_latent(latent, self.state())
 
+    def output_block(self) -> str:
+        """The decoder's last residual block, at the output rate: in int8 it costs the step 2 dB of
+        SNR, the most of any part (benchmarks/int8_sensitivity.py), so `keep_float` candidate one."""
+        from pocket_tts.modules.seanet import SEANetResnetBlock
+
+        blocks = [name for name, m in self.mimi.decoder.named_modules() if isinstance(m, SEANetResnetBlock)]
+        return f"mimi.decoder.{blocks[-1]}"
+
 
 class EncoderStep(StreamingStep):
     """audio [B, 1, frames * frame_size] -> latents [B, frames, D] per call, state in buffers:

@@ -1,0 +1,86 @@
+"""phaseconv.quantize's keep_float: named submodules stay fp32 between int8 neighbours, one partition."""
+
+import pytest
+import torch
+from torch import nn
+
+import phaseconv
+from phaseconv.errors import PhaseconvError
+from phaseconv.graph.quantized import QUANTIZE
+from phaseconv.quantize import quantize, snr_db
+from tests.helpers import lower_and_run, run
+
+aten = torch.ops.aten
+
+
+class Block(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = nn.Conv1d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        return x + self.conv(torch.relu(x))
+
+
+def model() -> nn.Module:
+    """conv -> deconv -> residual block -> conv, as a decoder's last stage."""
+    return nn.Sequential(
+        nn.Conv1d(8, 16, 3, padding=1), nn.ConvTranspose1d(16, 16, 8, 4, padding=2), Block(16), nn.Conv1d(16, 1, 3)
+    ).eval()
+
+
+def conv_weights(ep) -> dict[str, torch.dtype]:
+    """For each convolution, the module it comes from -> whether its weight is dequantized in the graph."""
+    convs = [n for n in ep.graph.nodes if n.target == aten.conv1d.default or n.target == aten.conv2d.default]
+    return {list(n.meta["nn_module_stack"].values())[-1][0]: n.args[1].op == "call_function" for n in convs}
+
+
+def test_kept_module_stays_fp32_and_lowers_to_one_partition():
+    torch.manual_seed(0)
+    net, x = model(), torch.randn(1, 8, 24)
+    calibration = [(torch.randn(1, 8, 24),) for _ in range(4)] + [(x,)]
+    every = quantize(net, calibration)
+    kept = quantize(net, calibration, keep_float="2")  # a string is one name
+    assert all(conv_weights(phaseconv.rewrite(every)).values())
+    assert conv_weights(phaseconv.rewrite(kept)) == {"0": True, "1": True, "2.conv": False, "3": True}
+    summary, (out,) = lower_and_run(phaseconv.rewrite(kept), x)
+    assert summary.partitions == 1
+    expected = run(kept, x)
+    output_step = [n for n in kept.graph.nodes if n.target == QUANTIZE][-1].args[1]
+    torch.testing.assert_close(out, expected, rtol=0, atol=2 * output_step)
+    with torch.no_grad():
+        reference = net(x)
+    assert snr_db(reference, expected) > snr_db(reference, run(every, x))
+
+
+def test_unknown_module_is_named_with_close_matches():
+    net, x = model(), torch.randn(1, 8, 24)
+    with pytest.raises(PhaseconvError, match=r"no operator of the program comes from a module '2\.conf'.*2\.conv"):
+        quantize(net, (x,), keep_float=["2.conf"])
+
+
+class Join(nn.Module):
+    def forward(self, a, b):
+        return torch.cat([a, b], dim=-1)
+
+
+class Joined(nn.Module):
+    """Two convolutions joined by a kept module's cat; after it, ops that would share the cat's int8
+    parameters (relu, reshape): they go fp32 with it."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c, self.join = nn.Conv1d(8, 16, 3), nn.Conv1d(8, 16, 3), nn.Conv1d(16, 4, 1), Join()
+
+    def forward(self, x):
+        return self.c(torch.relu(self.join(self.a(x), self.b(x))).reshape(1, 16, -1))
+
+
+def test_ops_sharing_int8_parameters_with_a_kept_module_stay_float_too():
+    torch.manual_seed(0)
+    net, x = Joined().eval(), torch.randn(1, 8, 20)
+    kept = quantize(net, [(torch.randn(1, 8, 20),) for _ in range(3)], keep_float=["join"])
+    summary, (out,) = lower_and_run(phaseconv.rewrite(kept), x)
+    assert summary.partitions == 1
+    output_step = [n for n in kept.graph.nodes if n.target == QUANTIZE][-1].args[1]
+    torch.testing.assert_close(out, run(kept, x), rtol=0, atol=2 * output_step)
