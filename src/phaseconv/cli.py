@@ -466,7 +466,10 @@ def _int8_snr(source, lowered, files: list[Path]) -> float:
 
     with torch.no_grad():
         reference = source.program.module()(*source.inputs)
-    output = LoadedProgram(lowered.buffer, files[1] if len(files) > 1 else None).run(source.inputs)
+    # without the weight cache: another int8 program of the same weights loaded in this process (a
+    # notebook, a test) would lend this one its packed weights, scales included (docs/int8.md)
+    data = files[1] if len(files) > 1 else None
+    output = LoadedProgram(lowered.buffer, data, weight_cache=False).run(source.inputs)
     reference = reference[0] if isinstance(reference, (tuple, list)) else reference
     return snr_db(reference, output[0])
 
