@@ -23,10 +23,10 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.streaming import CALIBRATION_FRAMES, calibration_frames  # noqa: E402
 from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=160)
-CALIBRATION_FRAMES = 40  # as benchmarks/streaming.py
 
 
 def parts(step) -> list[str]:
@@ -66,8 +66,7 @@ def main(
 
     step = MimiStep(build_mimi(config))
     latents = torch.randn(1, frames, step.latent_dim, generator=torch.Generator().manual_seed(0))
-    calibration = torch.randn(1, CALIBRATION_FRAMES, step.latent_dim, generator=torch.Generator().manual_seed(1))
-    calibration = [(calibration[:, i : i + 1],) for i in range(CALIBRATION_FRAMES)]
+    calibration = calibration_frames(step.latent_dim)
     with torch.no_grad():
         ep = torch.export.export(step, (latents[:, :1],))
 

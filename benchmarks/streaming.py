@@ -49,6 +49,14 @@ PROGRAMS += ("ORT stock step", "ORT export_onnx step", "LiteRT stock step", "Lit
 CALIBRATION_FRAMES = 40
 
 
+def calibration_frames(latent_dim: int) -> list[tuple]:
+    """The int8 steps' calibration: CALIBRATION_FRAMES random latents (not the decoded ones), one per call, in order."""
+    import torch
+
+    latents = torch.randn(1, CALIBRATION_FRAMES, latent_dim, generator=torch.Generator().manual_seed(1))
+    return [(latents[:, i : i + 1],) for i in range(CALIBRATION_FRAMES)]
+
+
 def peer_steps(ep, threads: int, latents) -> dict:
     """The step through ONNX Runtime and LiteRT, each as converted and by phaseconv's export: per
     frame, a call fed the state the call before returned (graph/state.py: explicit_state)."""
@@ -96,8 +104,7 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
     with torch.no_grad():
         ep = torch.export.export(step, (latents[:, :1],))
     lowered = {"stock step": phaseconv.lower(ep, rewrite=False), "phaseconv step": phaseconv.lower(ep, target="host")}
-    calibration = torch.randn(1, CALIBRATION_FRAMES, step.latent_dim, generator=torch.Generator().manual_seed(1))
-    calibration = [(calibration[:, i : i + 1],) for i in range(CALIBRATION_FRAMES)]
+    calibration = calibration_frames(step.latent_dim)
     quantized = phaseconv.quantize(ep, calibration)
     lowered["phaseconv int8 step"] = phaseconv.lower(quantized, target="host")
     partly = phaseconv.quantize(ep, calibration, keep_float=[step.output_block()])
