@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -373,22 +374,49 @@ def litert(
     output: Path = typer.Option(..., "-o", "--output", help="the .tflite file to write"),
     rules: str | None = typer.Option(None, "--rules", help=RULES_HELP.format(runtime="LiteRT")),
     no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
+    quantize: str | None = typer.Option(
+        None,
+        "--quantize",
+        help="int8: the rewritten model in static int8 (litert-torch's quantizer), scales from --calibration",
+    ),
+    calibration: Path | None = typer.Option(
+        None, "--calibration", help="a folder of .npy files (one input each) or .npz files (one input set each)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="every rewrite decision, node by node"),
 ) -> None:
     """Rewrite MODEL with the rules that make LiteRT faster, convert it to .tflite, check it in LiteRT's interpreter."""
-    _peer_export(_litert_runtime(), model, output, rules, no_prepare, as_json, verbose)
+    from phaseconv.quantize import calibration_sets
+
+    if quantize not in (None, "int8"):
+        raise PhaseconvError(f"--quantize takes int8 for LiteRT, got {quantize!r}")
+    if calibration is not None and quantize is None:
+        raise PhaseconvError("--calibration goes with --quantize int8")
+    sets = calibration_sets(calibration) if calibration is not None else None  # before the model: cheap
+    _peer_export(
+        _litert_runtime(), model, output, rules, no_prepare, as_json, verbose, int8=quantize is not None, sets=sets
+    )
 
 
 def _peer_export(
-    peer: PeerRuntime, model: str, output: Path, rules: str | None, no_prepare: bool, as_json: bool, verbose: bool
+    peer: PeerRuntime,
+    model: str,
+    output: Path,
+    rules: str | None,
+    no_prepare: bool,
+    as_json: bool,
+    verbose: bool,
+    int8: bool = False,
+    sets=None,
 ) -> None:
-    """Rewrite MODEL with `rules` (the peer's own if None), export it to `output`, run it in the peer
-    against eager PyTorch (a stateful model over 3 calls, its state fed back). The arguments are
-    checked first, then that the peer is installed, before the model is loaded, which can take long."""
+    """Rewrite MODEL with `rules` (the peer's own if None), export it to `output` (`int8`: quantized,
+    calibrated on `sets` or the example inputs), run it in the peer against eager PyTorch (a stateful
+    model over 3 calls, its state fed back). The arguments are checked first, then that the peer is
+    installed, before the model is loaded, which can take long."""
     import torch
 
     from phaseconv.lowering import require_folder
+    from phaseconv.quantize import snr_db
     from phaseconv.rules import resolve_rules
 
     require_folder(output)
@@ -399,8 +427,15 @@ def _peer_export(
         raise PhaseconvError(str(error)) from None
     peer.require()
     source = _load(model, not no_prepare)
+    export = partial(peer.export, calibration=sets or [source.inputs]) if int8 else peer.export
     with _known_failures(model, source.prepared):
-        model_bytes, decisions = peer.export(source.program, output, chosen)
+        model_bytes, decisions = export(source.program, output, chosen)
+    if int8 and sets is None:
+        Console(stderr=True).print(
+            "warning: no --calibration: the int8 activation scales come from the example inputs alone",
+            highlight=False,
+            soft_wrap=True,
+        )
     session, reference = peer.session(model_bytes), copy.deepcopy(source.program.module())  # it shares the buffers
     state_names = session.state_names
     calls = 3 if state_names else 1  # a stateful model: the state each call returns fed to the next
@@ -412,16 +447,19 @@ def _peer_export(
         outputs = session.run(source.inputs, state)
         state = tuple(outputs[len(outputs) - len(state_names) :])
         error = max(error, float((outputs[0] - expected).abs().max()))
+    snr = {"snr_db": snr_db(expected, outputs[0])} if int8 else {}  # int8 takes no state
     _say_prepared(model, source)
     if as_json:
         summary = {"file": str(output), "decisions": [d.to_dict() for d in decisions], "max_abs_error": error}
-        _print_json(summary | {"state": state_names, "calls_checked": calls})
+        _print_json(summary | snr | {"state": state_names, "calls_checked": calls})
         return
     if decisions:
         show_decisions(decisions, verbose)
     checked = f" over {calls} calls, the state fed back" if state_names else ""
+    measured = f"SNR {snr['snr_db']:.1f} dB, " if int8 else ""
     console.print(
-        f"{peer.name} against eager PyTorch on the example inputs{checked}: max |diff| {error:.2e}", highlight=False
+        f"{peer.name} against eager PyTorch on the example inputs{checked}: {measured}max |diff| {error:.2e}",
+        highlight=False,
     )
     if state_names:
         console.print(f"state: {len(state_names)} tensors; {peer.state_layout}", highlight=False, soft_wrap=True)

@@ -8,6 +8,7 @@ for ExecuTorch pays there. Which rules pay was measured per rule and model
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from torch.export import ExportedProgram
@@ -46,12 +47,14 @@ LITERT_RULES = (
 
 
 def export_litert(
-    ep: ExportedProgram, path: str | Path | None = None, rules=LITERT_RULES
+    ep: ExportedProgram, path: str | Path | None = None, rules=LITERT_RULES, calibration=None
 ) -> tuple[bytes, list[Decision]]:
     """Rewrite `ep` with `rules` and convert it to a LiteRT model; write it to `path` (atomically) if given.
+    With `calibration` (input tuples), the rewritten program is quantized to int8 first (static,
+    per-channel weights, litert-torch's quantizer): the polyphase convolutions get their own scales.
 
     Returns the .tflite model's bytes and the rewrite decisions.
     """
     from phaseconv.runtimes.litert import to_tflite
 
-    return rewrite_and_convert(ep, rules, to_tflite, path)
+    return rewrite_and_convert(ep, rules, partial(to_tflite, calibration=calibration), path)

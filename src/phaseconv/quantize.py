@@ -18,7 +18,7 @@ import torch
 from torch.export import ExportedProgram
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.graph.program import copy_program
+from phaseconv.graph.program import copy_program, user_input_nodes
 from phaseconv.graph.quantized import DYNAMIC_INT8_REASON, fold_weight_quantization
 from phaseconv.rewrite import rewrite as rewrite_program
 from phaseconv.rules import PRE_QUANTIZATION_RULES
@@ -54,7 +54,7 @@ def quantize(
 
     if mode not in MODES:
         raise PhaseconvError(f"unknown quantization mode {mode!r}; choose one of {', '.join(MODES)}")
-    calibration = _input_sets(calibration_inputs)
+    calibration = input_sets(calibration_inputs)
     if isinstance(model_or_program, ExportedProgram):
         program = model_or_program
     elif isinstance(model_or_program, torch.nn.Module):
@@ -99,7 +99,8 @@ def has_grouped_deconvolution(program: ExportedProgram) -> bool:
     return any(conv is not None and conv.groups > 1 for conv in convs)
 
 
-def _input_sets(calibration_inputs) -> list[tuple[torch.Tensor, ...]]:
+def input_sets(calibration_inputs) -> list[tuple[torch.Tensor, ...]]:
+    """Calibration inputs as a list of input tuples (one tuple of tensors is one set)."""
     if isinstance(calibration_inputs, tuple) and all(isinstance(t, torch.Tensor) for t in calibration_inputs):
         calibration_inputs = [calibration_inputs]
     sets = [tuple(inputs) for inputs in calibration_inputs]
@@ -110,8 +111,7 @@ def _input_sets(calibration_inputs) -> list[tuple[torch.Tensor, ...]]:
 
 def require_matching_inputs(program: ExportedProgram, sets: list[tuple[torch.Tensor, ...]]) -> None:
     """Every calibration set has the program's number of inputs, shapes and dtypes."""
-    names = set(program.graph_signature.user_inputs)
-    expected = [node.meta["val"] for node in program.graph.find_nodes(op="placeholder") if node.name in names]
+    expected = [node.meta["val"] for node in user_input_nodes(program)]
     for number, inputs in enumerate(sets, start=1):
         if len(inputs) != len(expected):
             raise PhaseconvError(

@@ -272,12 +272,25 @@ def test_litert_writes_a_stateful_step_that_litert_runs_like_eager(tmp_path):
     assert (tmp_path / "step.tflite").stat().st_size > 0
 
 
+@pytest.mark.slow  # the command end to end (a 10 s import of TensorFlow); int8 export_litert is tested in the default run
+def test_litert_int8_reports_its_snr_against_eager(tmp_path):
+    pytest.importorskip("litert_torch")
+    output = tmp_path / "decoder.tflite"
+    result = phaseconv("litert", FACTORY, "-o", output, "--quantize", "int8", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "no --calibration" in result.stderr
+    assert json.loads(result.stdout)["snr_db"] > 25 and output.stat().st_size > 0
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
         (["--rules", "conv_transpose,warp"], "unknown rule 'warp'"),
         (["-o", "nowhere/decoder.tflite"], "does not exist"),
         (["--no-prepare"], "no such file: absent.pt2"),
+        (["--quantize", "int4"], "--quantize takes int8 for LiteRT, got 'int4'"),
+        (["--calibration", "calibration"], "--calibration goes with --quantize int8"),
+        (["--quantize", "int8", "--calibration", "absent"], "not a folder"),
     ],
 )
 def test_litert_bad_input_gets_one_line_and_no_file(args, words, tmp_path):

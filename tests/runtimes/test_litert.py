@@ -12,6 +12,7 @@ from tests.helpers import CausalStep, assert_close, assert_streams_like_eager, e
 pytest.importorskip("litert_torch")
 pytest.importorskip("ai_edge_litert")
 
+from phaseconv.quantize import snr_db  # noqa: E402
 from phaseconv.runtimes.litert import LiteRTSession, to_tflite  # noqa: E402
 
 
@@ -75,3 +76,34 @@ def test_a_missing_litert_gets_the_install_hint(monkeypatch):
 def test_export_litert_refuses_what_is_not_a_program():
     with pytest.raises(TypeError, match="export the model first"):
         phaseconv.export_litert(nn.Conv1d(2, 2, 1))
+
+
+def test_int8_export_runs_the_polyphase_form_in_int8_with_float_inputs_and_outputs():
+    """With calibration inputs the rewritten program is quantized by litert-torch: the convolutions
+    run on int8 tensors, the session quantizes the input and dequantizes the output with the model's
+    scales, and the output stays close to eager."""
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Conv2d(4, 16, 3, padding=1), nn.ReLU(), nn.ConvTranspose2d(16, 8, 4, 2, 1)).eval()
+    inputs = (torch.randn(1, 4, 16, 16),)
+    calibration = [inputs] + [(torch.randn(1, 4, 16, 16),) for _ in range(3)]
+    model, decisions = phaseconv.export_litert(export(module, *inputs), calibration=calibration)
+    assert any(d.rule == "conv_transpose" and d.applied for d in decisions), decisions
+    from ai_edge_litert.interpreter import Interpreter
+
+    details = Interpreter(model_content=model).get_signature_runner().get_input_details()
+    assert [d["dtype"].__name__ for d in details.values()] == ["int8"]
+    assert "TRANSPOSE_CONV" not in operators(model)
+    with torch.no_grad():
+        expected = module(*inputs)
+    (out,) = LiteRTSession(model).run(inputs)
+    assert out.dtype == torch.float32 and out.shape == expected.shape
+    assert snr_db(expected, out) > 30
+
+
+def test_int8_export_refuses_a_stateful_program_and_calibration_of_the_wrong_shape():
+    ep = export(CausalStep(), torch.randn(1, 4, 5))
+    with pytest.raises(PhaseconvError, match="without state"):
+        phaseconv.export_litert(ep, calibration=[(torch.randn(1, 4, 5),)])
+    ep = export(nn.Conv1d(4, 4, 3), torch.randn(1, 4, 5))
+    with pytest.raises(PhaseconvError, match="calibration set 1"):
+        phaseconv.export_litert(ep, calibration=[(torch.randn(1, 4, 6),)])

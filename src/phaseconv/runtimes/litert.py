@@ -8,6 +8,10 @@ A program that keeps state (a streaming step) is converted as `explicit_state` w
 like ONNX, has no state between calls, and litert-torch drops buffer writes): signature
 "serving_default" takes the model's inputs then the state, and returns its outputs then the next
 state; signature "initial_state" takes nothing and returns the state before the first call.
+
+int8 (`calibration` given): litert-torch's own PT2E quantizer, static, symmetric, int8 weights per
+output channel, scales from the calibration inputs. The model's inputs and outputs become int8
+tensors there; `LiteRTSession` quantizes and dequantizes them with the model's own scales.
 """
 
 from __future__ import annotations
@@ -50,9 +54,10 @@ class _InitialState(nn.Module):
         return tuple(buffer.clone() for buffer in self.buffers())
 
 
-def to_tflite(ep: ExportedProgram) -> bytes:
+def to_tflite(ep: ExportedProgram, calibration=None) -> bytes:
     """The LiteRT model (a .tflite flatbuffer) of `ep` at its example input sizes, by litert-torch;
-    a stateful program with the signatures the module docstring gives."""
+    a stateful program with the signatures the module docstring gives; int8 when `calibration`
+    (input tuples, or one tuple) is given."""
     from phaseconv.graph.program import user_input_nodes
     from phaseconv.graph.state import explicit_state
 
@@ -62,12 +67,38 @@ def to_tflite(ep: ExportedProgram) -> bytes:
     if not all(isinstance(size, int) for value in values for size in value.shape):
         raise PhaseconvError("LiteRT export takes a program of static sizes: export it for one length")
     examples = tuple(torch.zeros(value.shape, dtype=value.dtype) for value in values)
+    if calibration is not None:
+        if state is not None:
+            raise PhaseconvError("int8 LiteRT export takes a program without state: its state would be int8 too")
+        module, config = _int8_module(ep, calibration)
+        with parked_stderr():
+            return litert_torch.convert(module, examples, quant_config=config).model_content()
     with parked_stderr():  # the MLIR converter's per-pass log lines
         if state is None:
             return litert_torch.convert(program.module(), examples).model_content()
         converter = litert_torch.signature(SERVING, program.module(), examples)
         converter = converter.signature(INITIAL, _InitialState(state.initial), ())
         return converter.convert().model_content()
+
+
+def _int8_module(ep: ExportedProgram, calibration):
+    """`ep`'s module with litert-torch's static int8 quantization (per-channel weights), calibrated
+    on `calibration`, and the quantization config its converter takes with it."""
+    from litert_torch.quantize import pt2e_quantizer, quant_config
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from phaseconv.quantize import input_sets, require_matching_inputs
+
+    sets = input_sets(calibration)
+    require_matching_inputs(ep, sets)
+    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
+        pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=True)
+    )
+    module = prepare_pt2e(ep.module(), quantizer)
+    with torch.no_grad():
+        for inputs in sets:
+            module(*inputs)
+    return convert_pt2e(module, fold_quantize=False), quant_config.QuantConfig(pt2e_quantizer=quantizer)
 
 
 def _by_index(names) -> list[str]:
@@ -94,6 +125,8 @@ class LiteRTSession:
         self._names = _by_index(signatures[SERVING]["inputs"])
         self._inputs = len(self._names) - len(self.initial_state)
         self.state_names = self._names[self._inputs :]  # the state's inputs (args_N), after the model's own
+        self._input_details = self._serving.get_input_details()
+        self._output_details = self._serving.get_output_details()
 
     def run(self, inputs: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = ()) -> list[torch.Tensor]:
         """The outputs for `inputs`; a stateful model's run from `state` (the trailing outputs of the
@@ -103,5 +136,30 @@ class LiteRTSession:
         if state and len(state) != len(self.initial_state):
             raise PhaseconvError(f"the LiteRT model keeps {len(self.initial_state)} state tensors, got {len(state)}")
         values = [*inputs, *(state or self.initial_state)]
-        feed = {name: value.detach().contiguous().numpy() for name, value in zip(self._names, values)}
-        return _ordered(self._serving(**feed))
+        feed = {
+            name: _quantized(value.detach().contiguous().numpy(), self._input_details[name])
+            for name, value in zip(self._names, values)
+        }
+        outputs = self._serving(**feed)
+        return _ordered({name: _dequantized(value, self._output_details[name]) for name, value in outputs.items()})
+
+
+def _quantized(value, details):
+    """A float input for an int8 tensor of the model: round(x / scale) + zero point, saturated."""
+    import numpy as np
+
+    scale, zero_point = details["quantization"]
+    if scale == 0 or not np.issubdtype(value.dtype, np.floating) or not np.issubdtype(details["dtype"], np.integer):
+        return value
+    limits = np.iinfo(details["dtype"])
+    return np.clip(np.round(value / scale) + zero_point, limits.min, limits.max).astype(details["dtype"])
+
+
+def _dequantized(value, details):
+    """An int8 output of the model as float: (q - zero point) * scale."""
+    import numpy as np
+
+    scale, zero_point = details["quantization"]
+    if scale == 0 or not np.issubdtype(value.dtype, np.integer):
+        return value
+    return ((value.astype(np.float32) - zero_point) * scale).astype(np.float32)
