@@ -243,9 +243,31 @@ def int8_sensitivity(data: dict) -> str:
     return _machine(meta, "python benchmarks/int8_sensitivity.py") + note + "\n\n" + _table(header, rows)
 
 
+def int8_runtimes(data: dict) -> str:
+    """int8 on ExecuTorch and on LiteRT, each stock and by phaseconv (`benchmarks/quantized.py --litert`):
+    median ms, SNR against fp32 eager in parentheses."""
+
+    def cell(row: dict, program: str) -> str:
+        if program in row["ms"]:
+            return f"{_ms(row['ms'][program])} ({row['snr_db'][program]:.0f} dB)"
+        return "fails" if program in row["failures"] else "-"
+
+    header = ["case", "threads", "ExecuTorch fp32, phaseconv", "ExecuTorch int8", "ExecuTorch int8, phaseconv"]
+    header += ["LiteRT fp32", "LiteRT int8", "LiteRT int8, phaseconv export"]
+    programs = ["phaseconv fp32", "stock int8", "phaseconv int8", "LiteRT fp32", "LiteRT int8"]
+    programs += ["LiteRT int8, phaseconv export"]
+    rows = [
+        [row["case"], str(row["threads"]), *(cell(row, program) for program in programs)]
+        for row in data["rows"]
+        if "LiteRT fp32" in row["ms"]
+    ]
+    return _machine(data["meta"], data["meta"]["command"]) + "\n\n" + _table(header, rows)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
     "console": console,
     "headline": headline,
+    "int8_runtimes": int8_runtimes,
     "int8_sensitivity": int8_sensitivity,
     "lstm_loop": lstm_loop,
     "models": models,

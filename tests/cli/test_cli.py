@@ -272,7 +272,7 @@ def test_litert_writes_a_stateful_step_that_litert_runs_like_eager(tmp_path):
     assert (tmp_path / "step.tflite").stat().st_size > 0
 
 
-@pytest.mark.slow  # the command end to end (a 10 s import of TensorFlow); int8 export_litert is tested in the default run
+@pytest.mark.slow  # end to end (a 10 s import of TensorFlow); int8 export_litert is tested in the default run
 def test_litert_int8_reports_its_snr_against_eager(tmp_path):
     pytest.importorskip("litert_torch")
     output = tmp_path / "decoder.tflite"

@@ -95,9 +95,12 @@ def test_int8_export_runs_the_polyphase_form_in_int8_with_float_inputs_and_outpu
     assert "TRANSPOSE_CONV" not in operators(model)
     with torch.no_grad():
         expected = module(*inputs)
-    (out,) = LiteRTSession(model).run(inputs)
+    session = LiteRTSession(model)
+    (out,) = session.run(inputs)
     assert out.dtype == torch.float32 and out.shape == expected.shape
     assert snr_db(expected, out) > 30
+    (raw,) = session.timed_call(inputs)().values()  # the interpreter's own output: int8
+    assert raw.dtype.name == "int8" and raw.shape == tuple(expected.shape)
 
 
 def test_int8_export_refuses_a_stateful_program_and_calibration_of_the_wrong_shape():
