@@ -110,3 +110,17 @@ def test_int8_export_refuses_a_stateful_program_and_calibration_of_the_wrong_sha
     ep = export(nn.Conv1d(4, 4, 3), torch.randn(1, 4, 5))
     with pytest.raises(PhaseconvError, match="calibration set 1"):
         phaseconv.export_litert(ep, calibration=[(torch.randn(1, 4, 6),)])
+
+
+def test_a_failure_inside_litert_torchs_quantizer_is_one_line_that_names_it(monkeypatch):
+    import phaseconv.runtimes.litert as litert
+
+    def fails(ep, sets):
+        raise AssertionError("please make sure only refer to edge or node that has observer inserted\nmore")
+
+    monkeypatch.setattr(litert, "_int8_module", fails)
+    ep = export(nn.Conv1d(4, 4, 3), torch.randn(1, 4, 5))
+    with pytest.raises(
+        PhaseconvError, match="^litert-torch's int8 quantization failed: AssertionError: please make.*inserted$"
+    ):
+        phaseconv.export_litert(ep, calibration=[(torch.randn(1, 4, 5),)])

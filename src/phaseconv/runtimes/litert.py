@@ -61,6 +61,7 @@ def to_tflite(ep: ExportedProgram, calibration=None) -> bytes:
     (input tuples, or one tuple) is given."""
     from phaseconv.graph.program import user_input_nodes
     from phaseconv.graph.state import explicit_state
+    from phaseconv.quantize import input_sets, require_matching_inputs
 
     litert_torch, _ = require_litert()
     program, state = explicit_state(ep)
@@ -71,9 +72,17 @@ def to_tflite(ep: ExportedProgram, calibration=None) -> bytes:
     if calibration is not None:
         if state is not None:
             raise PhaseconvError("int8 LiteRT export takes a program without state: its state would be int8 too")
-        module, config = _int8_module(ep, calibration)
-        with parked_stderr():
-            return litert_torch.convert(module, examples, quant_config=config).model_content()
+        sets = input_sets(calibration)
+        require_matching_inputs(ep, sets)
+        try:
+            module, config = _int8_module(ep, sets)
+            with parked_stderr():
+                return litert_torch.convert(module, examples, quant_config=config).model_content()
+        except Exception as error:  # litert-torch's quantizer and converter fail on some graphs (docs/runtimes.md)
+            lines = str(error).strip().splitlines()
+            raise PhaseconvError(
+                f"litert-torch's int8 quantization failed: {type(error).__name__}: {lines[0][:200] if lines else ''}"
+            ) from error
     with parked_stderr():  # the MLIR converter's per-pass log lines
         if state is None:
             return litert_torch.convert(program.module(), examples).model_content()
@@ -82,16 +91,12 @@ def to_tflite(ep: ExportedProgram, calibration=None) -> bytes:
         return converter.convert().model_content()
 
 
-def _int8_module(ep: ExportedProgram, calibration):
+def _int8_module(ep: ExportedProgram, sets: list[tuple[torch.Tensor, ...]]):
     """`ep`'s module with litert-torch's static int8 quantization (per-channel weights), calibrated
-    on `calibration`, and the quantization config its converter takes with it."""
+    on the input `sets`, and the quantization config its converter takes with it."""
     from litert_torch.quantize import pt2e_quantizer, quant_config
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from phaseconv.quantize import input_sets, require_matching_inputs
-
-    sets = input_sets(calibration)
-    require_matching_inputs(ep, sets)
     quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
         pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=True)
     )
