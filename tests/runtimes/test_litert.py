@@ -124,3 +124,15 @@ def test_a_failure_inside_litert_torchs_quantizer_is_one_line_that_names_it(monk
         PhaseconvError, match="^litert-torch's int8 quantization failed: AssertionError: please make.*inserted$"
     ):
         phaseconv.export_litert(ep, calibration=[(torch.randn(1, 4, 5),)])
+
+
+def test_int64_inputs_are_given_as_the_int32_litert_torch_makes_them():
+    """Mimi's decode(codes) takes int64 codes; the .tflite model takes int32."""
+    torch.manual_seed(0)
+    table, codes = nn.Embedding(10, 4).eval(), torch.tensor([[1, 5, 9]])
+    session = LiteRTSession(to_tflite(export(table, codes)))
+    (out,) = session.run((codes,))
+    with torch.no_grad():
+        assert_close(out, table(codes))
+    with pytest.raises(PhaseconvError, match="does not fit the LiteRT model's int32"):
+        session.run((torch.tensor([[1, 5, 2**40]]),))

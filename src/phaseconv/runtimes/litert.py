@@ -152,20 +152,28 @@ class LiteRTSession:
     def _feed(self, inputs, state) -> dict:
         values = [*inputs, *(state or self.initial_state)]
         return {
-            name: _quantized(value.detach().contiguous().numpy(), self._input_details[name])
+            name: _as_the_model_takes(value.detach().contiguous().numpy(), self._input_details[name])
             for name, value in zip(self._names, values)
         }
 
 
-def _quantized(value, details):
-    """A float input for an int8 tensor of the model: round(x / scale) + zero point, saturated."""
+def _as_the_model_takes(value, details):
+    """An input as the model's tensor takes it: an integer cast to its width (litert-torch makes int64
+    inputs int32), a float for an int8 tensor quantized, round(x / scale) + zero point, saturated."""
     import numpy as np
 
-    scale, zero_point = details["quantization"]
-    if scale == 0 or not np.issubdtype(value.dtype, np.floating) or not np.issubdtype(details["dtype"], np.integer):
+    dtype = details["dtype"]
+    if value.dtype == dtype or not np.issubdtype(dtype, np.integer):
         return value
-    limits = np.iinfo(details["dtype"])
-    return np.clip(np.round(value / scale) + zero_point, limits.min, limits.max).astype(details["dtype"])
+    limits = np.iinfo(dtype)
+    if np.issubdtype(value.dtype, np.integer):
+        if value.size and (value.min() < limits.min or value.max() > limits.max):
+            raise PhaseconvError(f"an integer input does not fit the LiteRT model's {np.dtype(dtype).name}")
+        return value.astype(dtype)
+    scale, zero_point = details["quantization"]
+    if scale == 0:
+        return value
+    return np.clip(np.round(value / scale) + zero_point, limits.min, limits.max).astype(dtype)
 
 
 def _dequantized(value, details):
