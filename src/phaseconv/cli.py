@@ -219,7 +219,6 @@ def lower(
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
     from phaseconv.lowering import lower as lower_program
     from phaseconv.lowering import require_backend, require_folder
-    from phaseconv.quantize import calibration_sets
 
     require_backend(backend)  # all before loading the model, which can take long
     resolve_target(target)
@@ -242,11 +241,9 @@ def lower(
         raise PhaseconvError(f"--tokenizer and --capacity are for {TTS_PREFIX}CONFIG programs, not {model}")
     if quantize is not None and quantize not in QUANTIZE_MODES:
         raise PhaseconvError(f"--quantize takes {' or '.join(QUANTIZE_MODES)}, got {quantize!r}")
-    if calibration is not None and quantize != "int8":
-        raise PhaseconvError("--calibration goes with --quantize int8")
+    sets = _calibration_sets(calibration, quantize)
     if keep_float and quantize is None:
         raise PhaseconvError("--keep-float goes with --quantize")
-    sets = calibration_sets(calibration) if calibration is not None else None  # before the model: cheap
     source = _load(model, not no_prepare, weights)
     with _known_failures(model, source.prepared):
         program = source.program
@@ -386,13 +383,9 @@ def litert(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="every rewrite decision, node by node"),
 ) -> None:
     """Rewrite MODEL with the rules that make LiteRT faster, convert it to .tflite, check it in LiteRT's interpreter."""
-    from phaseconv.quantize import calibration_sets
-
     if quantize not in (None, "int8"):
         raise PhaseconvError(f"--quantize takes int8 for LiteRT, got {quantize!r}")
-    if calibration is not None and quantize is None:
-        raise PhaseconvError("--calibration goes with --quantize int8")
-    sets = calibration_sets(calibration) if calibration is not None else None  # before the model: cheap
+    sets = _calibration_sets(calibration, quantize)
     _peer_export(
         _litert_runtime(), model, output, rules, no_prepare, as_json, verbose, int8=quantize is not None, sets=sets
     )
@@ -431,11 +424,7 @@ def _peer_export(
     with _known_failures(model, source.prepared):
         model_bytes, decisions = export(source.program, output, chosen)
     if int8 and sets is None:
-        Console(stderr=True).print(
-            "warning: no --calibration: the int8 activation scales come from the example inputs alone",
-            highlight=False,
-            soft_wrap=True,
-        )
+        _warn_no_calibration()
     session, reference = peer.session(model_bytes), copy.deepcopy(source.program.module())  # it shares the buffers
     state_names = session.state_names
     calls = 3 if state_names else 1  # a stateful model: the state each call returns fed to the next
@@ -487,12 +476,27 @@ def _quantized(source, flag: str, sets, keep_float: list[str]):
 
     quantized = quantize(source.program, sets or [source.inputs], mode=QUANTIZE_MODES[flag], keep_float=keep_float)
     if sets is None and flag == "int8":  # after quantize, which names bad input first
-        Console(stderr=True).print(
-            "warning: no --calibration: the int8 activation scales come from the example inputs alone",
-            highlight=False,
-            soft_wrap=True,
-        )
+        _warn_no_calibration()
     return quantized
+
+
+def _calibration_sets(calibration: Path | None, quantize: str | None):
+    """--calibration's input sets, None without it; checked before the model is loaded (cheap)."""
+    from phaseconv.quantize import calibration_sets
+
+    if calibration is None:
+        return None
+    if quantize != "int8":
+        raise PhaseconvError("--calibration goes with --quantize int8")
+    return calibration_sets(calibration)
+
+
+def _warn_no_calibration() -> None:
+    Console(stderr=True).print(
+        "warning: no --calibration: the int8 activation scales come from the example inputs alone",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _int8_snr(source, lowered, files: list[Path]) -> float:

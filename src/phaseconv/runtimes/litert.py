@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.export import ExportedProgram
 
-from phaseconv.errors import PhaseconvError, parked_stderr
+from phaseconv.errors import PhaseconvError, known_cause, parked_stderr
 
 SERVING, INITIAL = "serving_default", "initial_state"
 
@@ -79,10 +79,7 @@ def to_tflite(ep: ExportedProgram, calibration=None) -> bytes:
             with parked_stderr():
                 return litert_torch.convert(module, examples, quant_config=config).model_content()
         except Exception as error:  # litert-torch's quantizer and converter fail on some graphs (docs/runtimes.md)
-            lines = str(error).strip().splitlines()
-            raise PhaseconvError(
-                f"litert-torch's int8 quantization failed: {type(error).__name__}: {lines[0][:200] if lines else ''}"
-            ) from error
+            raise PhaseconvError(f"litert-torch's int8 quantization failed: {known_cause(error)[:200]}") from error
     with parked_stderr():  # the MLIR converter's per-pass log lines
         if state is None:
             return litert_torch.convert(program.module(), examples).model_content()
