@@ -1,4 +1,4 @@
-"""Can an LSTM's recurrent weight be packed once without XNNPACK's weight cache? A loop, measured.
+"""Can an LSTM's recurrent weight be packed once without XNNPACK's weight cache? Its forms, measured.
 
     python benchmarks/lstm_loop.py [--steps 75] [--runs 5] [--json results/lstm_loop.json]
 
@@ -8,6 +8,10 @@ ExecuTorch 1.5.1 emits one loop, `torch.ops.higher_order.scan`, whose body runs 
 sequence is long. Here EnCodec's LSTM (2 layers, 512 wide, 75 steps per second of audio) as:
 
 - unrolled: `nn.LSTM` as torch.export makes it, lowered as stock ExecuTorch lowers it;
+- unrolled by phaseconv: the same program after rules/lstm.py (one partition; a `linear` per step);
+- weight first: unrolled, each step's recurrent product as `bmm(W_hh, h)`, the weight the left
+  operand, which XNNPACK reads as it is (it packs only the right one): no packed copy, but one
+  output column per GEMM tile;
 - scan: the input projections as one GEMM per layer, the recurrence as a scan. The XNNPACK
   partitioner does not look inside a scan's body (it would run portable); here its nodes are tagged
   for XNNPACK by hand. Its weight then reaches the delegate as a run-time input, as the scan passes it.
@@ -37,7 +41,7 @@ WIDTH, LAYERS = 512, 2
 
 
 def lstm_modules(steps: int):
-    """(unrolled, scan) modules of one LSTM, and its input [steps, 1, WIDTH]."""
+    """(unrolled, scan, weight first) modules of one LSTM, and its input [steps, 1, WIDTH]."""
     import torch
     from torch import nn
     from torch._higher_order_ops.scan import scan
@@ -81,7 +85,34 @@ def lstm_modules(steps: int):
                 x = x[:, 0]
             return x[:, None]
 
-    return Unrolled(), Scanned(), torch.randn(steps, 1, WIDTH)
+    class WeightFirst(nn.Module):
+        """Unrolled, with h_{t-1} W_hh^T as bmm(W_hh [1, 4H, H], h_{t-1} [1, H, 1])."""
+
+        def __init__(self):
+            super().__init__()
+            for name, value in lstm.named_parameters():
+                self.register_buffer(name, value.detach().clone())
+
+        def forward(self, x):
+            x = x[:, 0]
+            for layer in range(LAYERS):
+                w_hh = getattr(self, f"weight_hh_l{layer}")[None]
+                bias = getattr(self, f"bias_ih_l{layer}") + getattr(self, f"bias_hh_l{layer}")
+                inputs = nn.functional.linear(x, getattr(self, f"weight_ih_l{layer}"), bias)
+                h = c = None  # the zero state: no recurrent product at the first step, as rules/lstm.py
+                steps = []
+                for t in range(inputs.shape[0]):
+                    gates = inputs[t : t + 1]
+                    if h is not None:
+                        gates = gates + torch.bmm(w_hh, h.view(1, WIDTH, 1)).view(1, 4 * WIDTH)
+                    i, f, g, o = (gates[:, k * WIDTH : (k + 1) * WIDTH] for k in range(4))
+                    c = torch.sigmoid(i) * torch.tanh(g) + (0 if c is None else torch.sigmoid(f) * c)
+                    h = torch.sigmoid(o) * torch.tanh(c)
+                    steps.append(h)
+                x = torch.cat(steps)
+            return x[:, None]
+
+    return Unrolled(), Scanned(), WeightFirst(), torch.randn(steps, 1, WIDTH)
 
 
 def scan_bodies_too():
@@ -125,16 +156,21 @@ def main(
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
+    from phaseconv.rewrite import rewrite_with_report
+    from phaseconv.rules.lstm import LstmRule
     from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
     torch.manual_seed(0)
-    unrolled, scanned, x = lstm_modules(steps)
+    unrolled, scanned, weight_first, x = lstm_modules(steps)
     with torch.no_grad():
         expected = unrolled(x)
+        stock = torch.export.export(unrolled, (x,))
         programs = {
-            "unrolled": (torch.export.export(unrolled, (x,)), XnnpackPartitioner()),
+            "unrolled": (stock, XnnpackPartitioner()),
+            "unrolled by phaseconv": (rewrite_with_report(stock, [LstmRule()])[0], XnnpackPartitioner()),
+            "weight first": (torch.export.export(weight_first, (x,)), XnnpackPartitioner()),
             "scan": (torch.export.export(scanned, (x,)), scan_bodies_too()),
         }
     buffers = {}

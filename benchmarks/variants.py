@@ -18,7 +18,8 @@
   for x86-fma3 (Winograd and im2col) or for any CPU.
 - winograd: the models' 1-D convolutions (2-11 taps, dilated too) as F(2, r) or as im2col, and the decoders
   lowered for x86-fma3 with and without it.
-- x86-avx512: the 2-D generators lowered for x86-avx512 (Winograd for wide stride-1 3x3 kernels) or for any.
+- x86-avx512: the 2-D generators lowered for x86-avx512 (Winograd for wide stride-1 3x3 kernels) or for any;
+  SD 1.x's VAE decoder with that target's limit for large outputs (256 channels beyond 128x128) or without.
 - fold: the 32-channel convolutions folded in time before F(2, r), or left to XNNPACK's IGEMM, and the
   HiFi-GANs lowered for x86-fma3 with and without the fold.
 - shape_chains: the decoders and MI-GAN as phaseconv.lower lowers them (view chains moved on the
@@ -279,6 +280,16 @@ def main(
         if only.lower() in f"{label} (x86-avx512)".lower():
             variants = {"for x86-avx512": avx512, "for any": as_lowered}
             cases.append((f"{label} (x86-avx512)", *folded(build), variants))
+    label = "SD 1.x VAE decoder 32x32 latents (x86-avx512 large outputs)"
+    if only.lower() in label.lower():
+        from phaseconv.models.diffusers_vae import vae_decoder
+
+        any_size = tuple(
+            WinogradRule(min_channels=128, square_only=True) if r.name == "winograd" else r
+            for r in TARGET_RULES["x86-avx512"]
+        )
+        variants = {"for x86-avx512": avx512, "128 channels at any size": (any_size, PHASECONV_LOWERING)}
+        cases.append((label, *folded(lambda: vae_decoder(32)), variants))
     for label in ("HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames"):
         if only.lower() in f"{label} (fold)".lower():
             module, inputs = decoders[label]()

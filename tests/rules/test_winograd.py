@@ -238,3 +238,18 @@ def test_phaseconv_lower_for_x86_avx512_takes_only_wide_stride_1_2d_kernels():
     assert "128 -> 64 channels" in reasons[1]
     assert "this target takes stride-1 2-D kernels only" in reasons[2]
     assert_close(LoadedProgram(lowered.buffer).run((x,))[0], run(export(module, x), x))
+
+
+@pytest.mark.parametrize(
+    ("channels", "size", "applied"),
+    [(128, 128, True), (128, 130, False), (256, 130, True)],
+)
+def test_x86_avx512_takes_large_outputs_only_from_256_channels(channels, size, applied):
+    """Beyond 128x128 outputs the x86-avx512 target wants 256 channels in and out (SD 1.x's VAE
+    decoder: its 128-channel 3x3 convolutions at 256x256 ran slower as F(2, 3x3)); up to it, 128."""
+    module = nn.Conv2d(channels, channels, 3, padding=1)
+    program = export(module, torch.randn(1, channels, size, size))
+    (winograd,) = decisions_of("winograd", program, phaseconv.rules.TARGET_RULES["x86-avx512"])
+    assert winograd.applied == applied, winograd
+    if not applied:
+        assert winograd.reason.startswith(f"{channels} -> {channels} channels at {size}x{size} outputs: beyond 16384")

@@ -60,6 +60,8 @@ LOWERING_RULES: tuple[Rule, ...] = tuple(
 # ... and for a CPU whose XNNPACK convolutions run at half its GEMM speed (phaseconv.targets): the
 # convolutions as GEMMs, by Winograd where it applies, else im2col, before split_conv would split them.
 AS_GEMMS = (WinogradRule(), Im2colRule())
+# 128 channels in and out up to 128x128 outputs, 256 beyond (phaseconv.targets)
+AVX512_WINOGRAD = WinogradRule(min_channels=128, square_only=True, large_outputs=128 * 128, min_large_channels=256)
 TARGET_RULES: dict[str, tuple[Rule, ...]] = {
     "any": LOWERING_RULES,
     "x86-fma3": tuple(
@@ -67,9 +69,7 @@ TARGET_RULES: dict[str, tuple[Rule, ...]] = {
     ),
     # ... for AVX-512, where only wide stride-1 3x3 (and 2x2) convolutions paid as Winograd's GEMMs
     "x86-avx512": tuple(
-        r
-        for rule in LOWERING_RULES
-        for r in ((WinogradRule(min_channels=128, square_only=True), rule) if rule.name == "split_conv" else (rule,))
+        r for rule in LOWERING_RULES for r in ((AVX512_WINOGRAD, rule) if rule.name == "split_conv" else (rule,))
     ),
 }
 # What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32,

@@ -93,6 +93,8 @@ class WinogradRule:
         min_long_channels: int = 64,
         min_fold_taps: int = 5,
         square_only: bool = False,
+        large_outputs: float = math.inf,
+        min_large_channels: int = 0,
     ):
         self.max_taps = max_taps  # on one axis of a 1-D kernel, in chunks of CHUNK; else CHUNK per axis
         self.min_channels = min_channels  # both in and out: the GEMMs must outweigh the transforms
@@ -105,6 +107,10 @@ class WinogradRule:
         self.min_fold_taps = min_fold_taps
         # only stride-1, undilated 2-D kernels of 2-3 taps on both axes (targets.py: x86-avx512)
         self.square_only = square_only
+        # above this many output positions, both in and out need `min_large_channels`: the transformed
+        # inputs and products (4x the input and output for F(2, 3x3)) then outgrow the caches
+        self.large_outputs = large_outputs
+        self.min_large_channels = min_large_channels
 
     def matches(self, node: Node) -> bool:
         if node.op != "call_function" or node.target not in CONVOLUTIONS or not isinstance(node.args[1], Node):
@@ -157,6 +163,17 @@ class WinogradRule:
                 costs = f"the transforms{form} cost more than the GEMMs save"
                 return Skip(f"{in_channels} -> {w.shape[0]} channels: {costs}")
             fold = FOLD
+        static = all(isinstance(n, int) for n in value.shape)
+        if (
+            static
+            and math.prod(value.shape[2:]) > self.large_outputs
+            and min(w.shape[0], in_channels) < self.min_large_channels
+        ):
+            size = "x".join(str(n) for n in value.shape[2:])
+            return Skip(
+                f"{in_channels} -> {w.shape[0]} channels at {size} outputs: beyond {self.large_outputs} positions "
+                f"this target needs {self.min_large_channels} channels in and out (the transforms outgrow the caches)"
+            )
         plan = WinogradPlan(node, kernel, tuple(padding), tuple(value.shape[2:]), tuple(stride), tuple(dilation), fold)
         transformed = _transformed(plan)
         if any(k > 1 and n < 2 for k, n in zip(transformed.kernel, transformed.outputs)):
