@@ -90,15 +90,17 @@ def lstm_modules(steps: int):
 
         def __init__(self):
             super().__init__()
-            for name, value in lstm.named_parameters():
-                self.register_buffer(name, value.detach().clone())
+            for layer in range(LAYERS):
+                for name in (f"weight_ih_l{layer}", f"weight_hh_l{layer}"):
+                    self.register_buffer(name, getattr(lstm, name).detach().clone())
+                bias = getattr(lstm, f"bias_ih_l{layer}") + getattr(lstm, f"bias_hh_l{layer}")
+                self.register_buffer(f"bias{layer}", bias.detach())
 
         def forward(self, x):
             x = x[:, 0]
             for layer in range(LAYERS):
                 w_hh = getattr(self, f"weight_hh_l{layer}")[None]
-                bias = getattr(self, f"bias_ih_l{layer}") + getattr(self, f"bias_hh_l{layer}")
-                inputs = nn.functional.linear(x, getattr(self, f"weight_ih_l{layer}"), bias)
+                inputs = nn.functional.linear(x, getattr(self, f"weight_ih_l{layer}"), getattr(self, f"bias{layer}"))
                 h = c = None  # the zero state: no recurrent product at the first step, as rules/lstm.py
                 steps = []
                 for t in range(inputs.shape[0]):
@@ -106,7 +108,8 @@ def lstm_modules(steps: int):
                     if h is not None:
                         gates = gates + torch.bmm(w_hh, h.view(1, WIDTH, 1)).view(1, 4 * WIDTH)
                     i, f, g, o = (gates[:, k * WIDTH : (k + 1) * WIDTH] for k in range(4))
-                    c = torch.sigmoid(i) * torch.tanh(g) + (0 if c is None else torch.sigmoid(f) * c)
+                    update = torch.sigmoid(i) * torch.tanh(g)
+                    c = update if c is None else torch.sigmoid(f) * c + update
                     h = torch.sigmoid(o) * torch.tanh(c)
                     steps.append(h)
                 x = torch.cat(steps)

@@ -57,3 +57,24 @@ class FinalState(nn.Module):
 def test_lstm_whose_final_state_is_used_is_declined():
     (decision,) = [d for d in phaseconv.explain(export(FinalState(), torch.randn(3, 1, 4))) if d.rule == "lstm"]
     assert not decision.applied and "final hidden" in decision.reason
+
+
+class OutputOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 4)
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
+def test_lstm_whose_final_state_nothing_reads_is_rewritten():
+    """torch.export.export keeps getitems of the final states that nothing reads: the rule alone
+    (no earlier stage has dropped them) takes the LSTM and drops them."""
+    x = torch.randn(3, 1, 4)
+    ep = torch.export.export(OutputOnly().eval(), (x,))
+    (decision,) = phaseconv.explain(ep, ["lstm"])
+    assert decision.applied, decision
+    rewritten = phaseconv.rewrite(ep, ["lstm"])
+    assert "aten.lstm.input" not in {str(n.target) for n in rewritten.graph.nodes}
+    assert_close(run(rewritten, x), run(ep, x))

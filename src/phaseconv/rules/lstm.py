@@ -31,6 +31,7 @@ MAX_STEPS = 512  # the unrolled graph grows with the sequence: longer ones are l
 class LstmPlan:
     node: Node
     output: Node  # getitem 0: the only result used
+    unused: tuple[Node, ...]  # getitems of the final states that nothing reads (torch.export keeps them)
     layers: int
     zero_state: tuple[bool, bool]  # are h_0 and c_0 zero constants
 
@@ -52,7 +53,8 @@ class LstmRule:
             return Skip("input other than static float32 [T, N, C]")
         if value.shape[0] > MAX_STEPS:
             return Skip(f"{value.shape[0]} steps: unrolling is capped at {MAX_STEPS}")
-        users = list(node.users)
+        unused = tuple(u for u in node.users if u.target == operator.getitem and not u.users)
+        users = [u for u in node.users if u not in unused]
         if len(users) != 1 or users[0].target != operator.getitem or users[0].args[1] != 0:
             return Skip("the final hidden or cell state is used: only the output sequence is rewritten")
         for weight in params:
@@ -60,7 +62,7 @@ class LstmRule:
                 editor.constant_value(weight)
             except NotConstant as why:
                 return Skip(f"a weight is not a constant: {why}")
-        return LstmPlan(node, users[0], layers, tuple(_is_zero(state, editor) for state in hx))
+        return LstmPlan(node, users[0], unused, layers, tuple(_is_zero(state, editor) for state in hx))
 
     def describe(self, plan: LstmPlan) -> str:
         steps = plan.node.args[0].meta["val"].shape[0]
@@ -70,7 +72,7 @@ class LstmRule:
         sequence = plan.node.args[0]
         for layer in range(plan.layers):
             sequence = _unroll_layer(plan, editor, sequence, layer)
-        editor.replace([plan.node, plan.output], sequence)
+        editor.replace([plan.node, *plan.unused, plan.output], sequence)
 
 
 def _unroll_layer(plan: LstmPlan, editor: ProgramEditor, sequence: Node, layer: int) -> Node:
