@@ -48,6 +48,13 @@ def lstm_modules(steps: int):
 
     lstm = nn.LSTM(WIDTH, WIDTH, num_layers=LAYERS).eval()
 
+    def cell(gates, c):
+        """(h_t, c_t) from the gates (i, f, g, o) and c_{t-1} (None: the zero state)."""
+        i, f, g, o = (gates[:, k * WIDTH : (k + 1) * WIDTH] for k in range(4))
+        update = torch.sigmoid(i) * torch.tanh(g)
+        c = update if c is None else torch.sigmoid(f) * c + update
+        return torch.sigmoid(o) * torch.tanh(c), c
+
     class Unrolled(nn.Module):
         def __init__(self):
             super().__init__()
@@ -73,15 +80,11 @@ def lstm_modules(steps: int):
                 w_hh = getattr(self, f"w_hh{layer}")
                 inputs = nn.functional.linear(x, getattr(self, f"w_ih{layer}"), getattr(self, f"bias{layer}"))[:, None]
 
-                def cell(carry, projected, w_hh=w_hh):
-                    h, c = carry
-                    gates = projected + torch.mm(h, w_hh)
-                    i, f, g, o = (gates[:, k * WIDTH : (k + 1) * WIDTH] for k in range(4))
-                    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-                    h = torch.sigmoid(o) * torch.tanh(c)
+                def step(carry, projected, w_hh=w_hh):
+                    h, c = cell(projected + torch.mm(carry[0], w_hh), carry[1])
                     return (h, c), h * 1.0  # a node of its own: a delegate cannot return one value twice
 
-                _, x = scan(cell, (torch.zeros(1, WIDTH), torch.zeros(1, WIDTH)), inputs)
+                _, x = scan(step, (torch.zeros(1, WIDTH), torch.zeros(1, WIDTH)), inputs)
                 x = x[:, 0]
             return x[:, None]
 
@@ -107,10 +110,7 @@ def lstm_modules(steps: int):
                     gates = inputs[t : t + 1]
                     if h is not None:
                         gates = gates + torch.bmm(w_hh, h.view(1, WIDTH, 1)).view(1, 4 * WIDTH)
-                    i, f, g, o = (gates[:, k * WIDTH : (k + 1) * WIDTH] for k in range(4))
-                    update = torch.sigmoid(i) * torch.tanh(g)
-                    c = update if c is None else torch.sigmoid(f) * c + update
-                    h = torch.sigmoid(o) * torch.tanh(c)
+                    h, c = cell(gates, c)
                     steps.append(h)
                 x = torch.cat(steps)
             return x[:, None]
@@ -159,8 +159,7 @@ def main(
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from phaseconv.rewrite import rewrite_with_report
-    from phaseconv.rules.lstm import LstmRule
+    import phaseconv
     from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
@@ -172,7 +171,7 @@ def main(
         stock = torch.export.export(unrolled, (x,))
         programs = {
             "unrolled": (stock, XnnpackPartitioner()),
-            "unrolled by phaseconv": (rewrite_with_report(stock, [LstmRule()])[0], XnnpackPartitioner()),
+            "unrolled by phaseconv": (phaseconv.rewrite(stock, ["lstm"]), XnnpackPartitioner()),
             "weight first": (torch.export.export(weight_first, (x,)), XnnpackPartitioner()),
             "scan": (torch.export.export(scanned, (x,)), scan_bodies_too()),
         }

@@ -39,6 +39,7 @@ A variant is a rule list (lowered with the stock partitioner) or (rules, to_xnnp
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from pathlib import Path
@@ -112,7 +113,7 @@ def main(
 
     import phaseconv
     from phaseconv.models import DEMO_MODELS
-    from phaseconv.rules import DEFAULT_RULES, LOWERING_RULES, TARGET_RULES
+    from phaseconv.rules import AVX512_WINOGRAD, DEFAULT_RULES, LOWERING_RULES, TARGET_RULES
     from phaseconv.rules.conv_transpose import ConvTransposeRule
     from phaseconv.rules.im2col import Im2colRule
     from phaseconv.rules.lift_1d import Lift1dRule
@@ -284,10 +285,9 @@ def main(
     if only.lower() in label.lower():
         from phaseconv.models.diffusers_vae import vae_decoder
 
-        any_size = tuple(
-            WinogradRule(min_channels=128, square_only=True) if r.name == "winograd" else r
-            for r in TARGET_RULES["x86-avx512"]
-        )
+        unlimited = copy.copy(AVX512_WINOGRAD)
+        unlimited.large_outputs = math.inf
+        any_size = tuple(unlimited if r is AVX512_WINOGRAD else r for r in TARGET_RULES["x86-avx512"])
         variants = {"for x86-avx512": avx512, "128 channels at any size": (any_size, PHASECONV_LOWERING)}
         cases.append((label, *folded(lambda: vae_decoder(32)), variants))
     for label in ("HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames"):
