@@ -10,9 +10,8 @@
   (an Intel Xeon, 1 thread; torch.mm 98 there): F(2, 3x3)'s 16 GEMMs of a quarter of the positions
   for 9 paid there (1 thread: the U-Net 26.9 -> 24.6 ms, the StyleGAN2-like network 24.9 -> 22.5);
   at 64 channels, or with strided and 1-D kernels too, they did not; beyond 128x128 outputs only
-  from 256 channels in and out: SD 1.x's VAE decoder at 32x32 latents ran 4-12% slower with its
-  128-channel layers at 256x256 taken too (`python benchmarks/variants.py --only "SD 1.x"`), where
-  one such layer alone ran 0.65-0.72x XNNPACK's convolution;
+  from 256 channels in and out: SD 1.x's VAE decoder at 32x32 latents ran 5646 ms with its
+  128-channel layers at 256x256 taken too, 5434 without (`python benchmarks/variants.py --only "SD 1.x"`);
 - "host": the CPU this runs on, as one of the above (what the benchmarks and `phaseconv bench` use).
 """
 
