@@ -9,6 +9,10 @@ sequence is long. Here EnCodec's LSTM (2 layers, 512 wide, 75 steps per second o
 
 - unrolled: `nn.LSTM` as torch.export makes it, lowered as stock ExecuTorch lowers it;
 - unrolled by phaseconv: the same program after rules/lstm.py (one partition; a `linear` per step);
+- the same, weights at run time: lowered as `phaseconv lower --no-weight-cache` does, each step's
+  recurrent weight a run-time input of the delegate, which XNNPACK packs at every step into the
+  workspace its operators share (the stock partitioner's force_non_static_weights_for_f32_linear,
+  for the linears that share a weight);
 - weight first: unrolled, each step's recurrent product as `bmm(W_hh, h)`, the weight the left
   operand, which XNNPACK reads as it is (it packs only the right one): no packed copy, but one
   output column per GEMM tile;
@@ -160,7 +164,7 @@ def main(
     from executorch.exir import to_edge_transform_and_lower
 
     import phaseconv
-    from phaseconv.runtimes.executorch import LoadedProgram
+    from phaseconv.runtimes.executorch import LoadedProgram, partitioner_configs
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
@@ -172,6 +176,10 @@ def main(
         programs = {
             "unrolled": (stock, XnnpackPartitioner()),
             "unrolled by phaseconv": (phaseconv.rewrite(stock, ["lstm"]), XnnpackPartitioner()),
+            "unrolled by phaseconv, weights at run time": (
+                phaseconv.rewrite(stock, ["lstm"]),
+                XnnpackPartitioner(configs=partitioner_configs(weight_cache=False)),
+            ),
             "weight first": (torch.export.export(weight_first, (x,)), XnnpackPartitioner()),
             "scan": (torch.export.export(scanned, (x,)), scan_bodies_too()),
         }

@@ -94,7 +94,8 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
     import phaseconv
     from phaseconv.models.pocket_tts import MimiStep, build_mimi, peak_scaled_pcm_error, stream_eager
     from phaseconv.quantize import snr_db
-    from phaseconv.runtimes.executorch import LoadedProgram, operator_times
+    from phaseconv.runtimes.etdump import kind_times
+    from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.timing import wait_until_others_idle
 
     torch.set_num_threads(threads)
@@ -148,7 +149,7 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
             }
         )
     for name, program in profiled.items():
-        operators = operator_times(lowered[name].buffer, (latents[:, :1],))
+        operators = kind_times(lowered[name].buffer, (latents[:, :1],))
         rows[PROGRAMS.index(name)].update(operator_ms=operators, weight_bytes=weight_bytes(program))
     out.write_text(json.dumps(rows))
 

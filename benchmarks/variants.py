@@ -29,12 +29,15 @@
 - weight_cache: the decoders lowered for the host, loaded with XNNPACK's weight cache (packed
   weights shared by the operators reading one constant: an unrolled LSTM's steps) or without it
   (the pip build's default: a private packed copy per operator).
+- no_weight_cache: EnCodec's decoder loaded without the cache, lowered as `phaseconv lower` does
+  (a private packed copy of each recurrent weight per step) or as `lower --no-weight-cache` does
+  (the shared weights given at run time, packed at each step).
 
     python benchmarks/variants.py --only lift_1d   # a subset; its rows are updated in the results
     python benchmarks/variants.py --only split_conv --threads 2
 
 A variant is a rule list (lowered with the stock partitioner) or (rules, to_xnnpack keywords, and
-`weight_cache` for LoadedProgram); a case is a module or the exported program stock ExecuTorch lowers.
+`loaded_with_cache` for LoadedProgram); a case is a module or the exported program stock ExecuTorch lowers.
 """
 
 from __future__ import annotations
@@ -303,9 +306,18 @@ def main(
     for label in ("EnCodec 24 kHz decoder 1 s", "Mimi decoder 25 frames"):
         if only.lower() in f"{label} (weight_cache)".lower():
             module, inputs = decoders[label]()
-            shared, private = (host, PHASECONV_LOWERING), (host, {**PHASECONV_LOWERING, "weight_cache": False})
+            shared, private = (host, PHASECONV_LOWERING), (host, {**PHASECONV_LOWERING, "loaded_with_cache": False})
             variants = {"weight cache (phaseconv's runtime)": shared, "private packed weights": private}
             cases.append((f"{label} (weight_cache)", phaseconv.prepare(module), inputs, variants))
+    label = "EnCodec 24 kHz decoder 1 s"
+    if only.lower() in f"{label} (no_weight_cache)".lower():
+        module, inputs = decoders[label]()
+        private = {**PHASECONV_LOWERING, "loaded_with_cache": False}
+        variants = {
+            "private packed weights (lower)": (host, private),
+            "weights at run time (lower --no-weight-cache)": (host, {**private, "weight_cache": False}),
+        }
+        cases.append((f"{label} (no_weight_cache)", phaseconv.prepare(module), inputs, variants))
     with_and_without("padded_taps", ("Mimi decoder 1 frame",), "taps on zeros dropped", "every tap kept")
     with_and_without(
         "split_conv",
@@ -330,8 +342,8 @@ def main(
         }
         loaded = {}
         for label, (program, options) in programs.items():
-            lowering = {k: v for k, v in options.items() if k != "weight_cache"}
-            weight_cache = options.get("weight_cache", True)
+            lowering = {k: v for k, v in options.items() if k != "loaded_with_cache"}
+            weight_cache = options.get("loaded_with_cache", True)
             loaded[label] = LoadedProgram(to_xnnpack(program, **lowering).buffer, weight_cache=weight_cache)
         times = interleaved_times({k: (lambda p=p, x=inputs: p.run(x)) for k, p in loaded.items()}, runs)
         if threads != 1:

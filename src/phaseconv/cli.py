@@ -123,7 +123,15 @@ def show_summaries(summaries: dict) -> None:
             console.print(
                 f"{name}: {summary.repacked_weights} XNNPACK operators read a weight another one reads "
                 f"({summary.repacked_bytes / 2**20:.1f} MiB): load it with XNNPACK's weight cache on "
-                "(backend option weight_cache_enabled; phaseconv's runtime does), or each packs a copy of its own",
+                "(backend option weight_cache_enabled; phaseconv's runtime does), or each packs a copy of its own "
+                "(for a loader without the cache: lower --no-weight-cache)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if summary.run_time_weights:
+            console.print(
+                f"{name}: {summary.run_time_weights} XNNPACK operators take their weight at run time "
+                "(--no-weight-cache): packed at each call, one copy in memory",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -207,6 +215,13 @@ def lower(
         "(repeatable); for the layers int8 costs most SNR",
     ),
     target: str = typer.Option("any", help=TARGET_HELP),
+    no_weight_cache: bool = typer.Option(
+        False,
+        "--no-weight-cache",
+        help="for a loader without XNNPACK's weight cache (the pip build's default): a weight several linears read "
+        "(an unrolled LSTM's) reaches them at run time, packed at each call, not once per operator at load "
+        "(less memory, slower)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     tokenizer: Path | None = typer.Option(
         None, "--tokenizer", help=f"{TTS_PREFIX}CONFIG only: check this tokenizer (.model or .json) against the config"
@@ -235,6 +250,8 @@ def lower(
             raise PhaseconvError(
                 f"--calibration and --keep-float are not for {TTS_PREFIX}CONFIG: its 8da4w and 8da8w need neither"
             )
+        if no_weight_cache:
+            raise PhaseconvError(f"--no-weight-cache is not for {TTS_PREFIX}CONFIG: `phaseconv tts` uses the cache")
         options = (tokenizer, capacity, quantize, no_rewrite, external_constants, target, as_json, verbose)
         return _lower_tts(model, output, weights, *options)
     if tokenizer is not None or capacity is not None:
@@ -250,7 +267,12 @@ def lower(
         if quantize is not None:
             program = _quantized(source, quantize, sets, keep_float)
         lowered = lower_program(
-            program, rewrite=not no_rewrite, backend=backend, external_constants=external_constants, target=target
+            program,
+            rewrite=not no_rewrite,
+            backend=backend,
+            external_constants=external_constants,
+            target=target,
+            weight_cache=not no_weight_cache,
         )
         summaries = {"phaseconv" if not no_rewrite else "stock": lowered.summary}
         if not no_rewrite:  # the stock lowering beside it: cheap for the models this is for

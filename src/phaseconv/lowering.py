@@ -83,9 +83,14 @@ def lower(
     external_constants: bool = False,
     target: str = "any",
     constant_methods: dict | None = None,
+    weight_cache: bool = True,
 ) -> LoweredProgram:
     """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`, tuned for the
     CPU `target` ("any", "x86-fma3", "x86-avx512" or "host": phaseconv.targets).
+
+    weight_cache=False lowers for a loader without XNNPACK's weight cache: a weight that several
+    linears read (an unrolled LSTM's recurrent weight) reaches them at run time, packed at each call,
+    instead of one packed copy per operator kept from load on (EnCodec's decoder: 600 MiB).
 
     A dict {method name: program} gives one program of several methods that share the buffers they
     name alike (a state one method writes and another reads), with `constant_methods` beside them;
@@ -113,6 +118,7 @@ def lower(
         programs if isinstance(ep, dict) else programs["forward"],
         external_constants=external_constants,
         constant_methods=constant_methods,
+        weight_cache=weight_cache,
         **(PHASECONV_LOWERING if rewrite else {}),
     )
     data_files = external_data(manager)

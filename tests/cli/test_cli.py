@@ -105,7 +105,7 @@ def test_inspect_reads_the_file(pte):
     assert "decoder.pte: 1 partition(s)" in phaseconv("inspect", pte).stdout  # piped: one line per program
 
 
-@pytest.mark.slow  # lowers a two-layer LSTM stock and rewritten: about 2 minutes here
+@pytest.mark.slow  # lowers a two-layer LSTM stock and rewritten, twice: about 3 minutes here
 def test_inspect_says_when_operators_share_a_weight_the_weight_cache_would_pack_once(tmp_path, pte):
     path = tmp_path / "lstm.pte"
     assert phaseconv("lower", "tests.cli.factories:small_lstm", "-o", path).returncode == 0
@@ -114,6 +114,12 @@ def test_inspect_says_when_operators_share_a_weight_the_weight_cache_would_pack_
     assert summary["repacked_weights"] == 2 * 6 and summary["repacked_bytes"] == 12 * 512 * 128 * 4
     assert "12 XNNPACK operators read a weight another one reads (3.0 MiB)" in phaseconv("inspect", path).stdout
     assert "weight cache" not in phaseconv("inspect", pte).stdout  # a decoder: every weight read once
+    lean = tmp_path / "lean.pte"
+    assert phaseconv("lower", "tests.cli.factories:small_lstm", "--no-weight-cache", "-o", lean).returncode == 0
+    summary = json.loads(phaseconv("inspect", lean, "--json").stdout)
+    # the 14 steps with a recurrent term take it at run time; the input projections stay constants
+    assert (summary["run_time_weights"], summary["repacked_weights"], summary["partitions"]) == (14, 0, 1)
+    assert "14 XNNPACK operators take their weight at run time" in phaseconv("inspect", lean).stdout
 
 
 def test_demo_model_by_name():

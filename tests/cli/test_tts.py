@@ -116,4 +116,6 @@ def test_lower_tts_bad_config_and_options(tmp_path):
     tts = "pocket-tts-tts:english_2m_2026-10"
     result = phaseconv_here("lower", tts, "-o", tmp_path / "t.pte", "--quantize", "int8")
     assert result.returncode == 2 and "--quantize takes 8da4w or 8da8w for pocket-tts-tts:CONFIG" in result.stderr
+    result = phaseconv_here("lower", tts, "-o", tmp_path / "t.pte", "--no-weight-cache")
+    assert result.returncode == 2 and "--no-weight-cache is not for pocket-tts-tts:CONFIG" in result.stderr
     assert not (tmp_path / "t.pte").exists()

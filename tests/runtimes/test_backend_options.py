@@ -102,3 +102,41 @@ def test_the_summary_counts_the_copies_a_load_without_the_cache_packs(program):
     summary = summarize_pte(program[0])
     assert summary.inside["XNNFullyConnected"] == STEPS
     assert (summary.repacked_weights, summary.repacked_bytes) == (STEPS - 1, (STEPS - 1) * 4 * HIDDEN * HIDDEN * 4)
+
+
+class SharedWeightStepsAndHead(SharedWeightSteps):
+    """The recurrence, then a linear layer of its own weight over every step's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(HIDDEN, 8)
+
+    def forward(self, h):
+        return self.head(super().forward(h))
+
+
+@pytest.fixture(scope="module")
+def lean_program():
+    """SharedWeightStepsAndHead lowered for a loader without the weight cache."""
+    x = torch.randn(1, HIDDEN)
+    ep = export(SharedWeightStepsAndHead(), x)
+    return to_xnnpack(ep, weight_cache=False).buffer, x, run(ep, x)
+
+
+def test_lowered_for_no_weight_cache_a_shared_weight_comes_at_run_time_and_stays_exact(lean_program):
+    from phaseconv.runtimes.pte import summarize_pte
+
+    buffer, x, expected = lean_program
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and not summary.outside, summary
+    assert summary.inside["XNNFullyConnected"] == STEPS + 1
+    # the steps' weight is a delegate input, the head's (read once) a constant packed at load
+    assert (summary.run_time_weights, summary.repacked_weights, summary.repacked_bytes) == (STEPS, 0, 0)
+    assert_close(LoadedProgram(buffer, weight_cache=False).run((x,))[0], expected)
+    assert_close(LoadedProgram(buffer, weight_cache=True).run((x,))[0], expected)
+
+
+@pytest.mark.slow  # 12 s: a load in a fresh interpreter
+def test_lowered_for_no_weight_cache_a_load_without_the_cache_packs_nothing_per_step(lean_program, tmp_path):
+    (tmp_path / "lean.pte").write_bytes(lean_program[0])
+    assert _kept_by_load(tmp_path / "lean.pte", "off") < 4  # the stock lowering: > 18 MiB (above)

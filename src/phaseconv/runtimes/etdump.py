@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-SKIPPED = {"Method::execute", "DELEGATE_CALL", "Program::load_method", "Method::init"}
+# ETDump events that span others (a whole call, a delegate call, a portable kernel's call): not operators.
+SPANS = frozenset({"Method::execute", "DELEGATE_CALL", "OPERATOR_CALL", "Method::init", "Program::load_method"})
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,9 @@ class OperatorTime:
         return self.name.rsplit(" #", 1)[0]
 
 
-def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 10) -> list[OperatorTime]:
-    """Every operator of one call, in the order it ran, with its median time over `runs` calls
-    (after one untimed call). XNNPACK's thread count must be set before (see set_threads)."""
+def _timed_events(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int) -> list[tuple[str, list[float]]]:
+    """(name, ms in each of `runs` calls after one untimed call) of every operator, in the order
+    they ran. Calls carry state from one to the next, as a stream does."""
     from executorch.devtools import Inspector
 
     from phaseconv.runtimes.executorch import load_program
@@ -38,15 +39,30 @@ def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 
     buffer = bytes(buffer)
     program = load_program(buffer, enable_etdump=True, debug_buffer_size=0)
     method = program.load_method("forward")
-    method.execute(tuple(inputs))
+    for _ in range(runs + 1):
+        method.execute(tuple(inputs))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "run.etdp"
-        for _ in range(runs):
-            method.execute(tuple(inputs))
         program.write_etdump_result_to_file(str(path), str(Path(folder) / "debug.bin"))
         del method, program  # the runtime reads `buffer` until here
         blocks = Inspector(etdump_path=str(path)).event_blocks
     events = [event for block in blocks if block.name == "Execute" for event in block.events]
-    events = [e for e in events if e.name not in SKIPPED and e.perf_data is not None]
+    events = [e for e in events if e.name not in SPANS and e.perf_data is not None]
     events.sort(key=lambda e: e.start_time[0])
-    return [OperatorTime(e.name, statistics.median(e.perf_data.raw[-runs:])) for e in events]
+    return [(e.name, e.perf_data.raw[-runs:]) for e in events]
+
+
+def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 10) -> list[OperatorTime]:
+    """Every operator of one call, in the order it ran, with its median time over `runs` calls
+    (after one untimed call). XNNPACK's thread count must be set before (see set_threads)."""
+    return [OperatorTime(name, statistics.median(calls)) for name, calls in _timed_events(buffer, inputs, runs)]
+
+
+def kind_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20) -> dict[str, float]:
+    """Milliseconds per call spent in each kind of operator ("Fully Connected (NC, F32) GEMM", ...,
+    and the portable kernels): the median over `runs` calls of each call's sum."""
+    sums: dict[str, list[float]] = {}
+    for name, calls in _timed_events(buffer, inputs, runs):
+        kind = OperatorTime(name, 0.0).kind
+        sums[kind] = [a + b for a, b in zip(sums.get(kind, [0.0] * len(calls)), calls)]
+    return {kind: statistics.median(samples) for kind, samples in sums.items()}

@@ -5,7 +5,9 @@ Runtime facts this module encodes (executorch 1.5.1):
 - a program loaded from bytes does not copy them: they must outlive the program;
 - a buffer the program writes starts from garbage unless its initial value is serialized;
 - XNNPACK packs a private copy of a weight for every operator that reads it unless its weight
-  cache is on (off in the pip build; `weight_cache` below turns it on for each load).
+  cache is on (off in the pip build; `weight_cache` below turns it on for each load), or the weight
+  reaches the operators at run time (`to_xnnpack(..., weight_cache=False)`): then it is packed at
+  each call, into the runtime's one workspace.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import torch
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig
 from executorch.backends.xnnpack.partition.config.generic_node_configs import EluConfig
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import (
@@ -50,12 +53,32 @@ EXTERNAL_TAG = "_default_external_constant"
 PHASECONV_LOWERING = {"xnnpack_elu": True, "shape_chains": True}
 
 
+class SharedWeightAtRunTimeConfig(LinearConfig):
+    """XNNPACK's linear, except that an fp32 linear whose weight other linears read too (the steps
+    of an unrolled LSTM) takes it, and its bias, as run-time inputs of the delegate: XNNPACK packs
+    it at each call into its workspace, which all operators share, instead of a copy per operator at load
+    (the stock partitioner's force_non_static_weights_for_f32_linear, for these linears only)."""
+
+    def get_deps(self, node, ep):
+        readers = sum(user.target == node.target for user in node.args[1].users)
+        self.force_non_static_weights_for_f32_linear = readers > 1
+        return super().get_deps(node, ep)
+
+
+def partitioner_configs(xnnpack_elu: bool = False, weight_cache: bool = True) -> list:
+    """XNNPACK's partitioner configs, with its ELU (`xnnpack_elu`), and with shared linear weights
+    given at run time for a loader without the weight cache (weight_cache=False)."""
+    configs = [*ALL_PARTITIONER_CONFIGS, *([EluConfig] if xnnpack_elu else [])]
+    return configs if weight_cache else [SharedWeightAtRunTimeConfig if c is LinearConfig else c for c in configs]
+
+
 def to_xnnpack(
     ep: ExportedProgram | dict[str, ExportedProgram],
     external_constants: bool = False,
     xnnpack_elu: bool = False,
     shape_chains: bool = False,
     constant_methods: dict | None = None,
+    weight_cache: bool = True,
 ) -> ExecutorchProgramManager:
     """Stock lowering: every op XNNPACK takes goes to its delegate, the rest runs portable.
 
@@ -65,12 +88,14 @@ def to_xnnpack(
     views and permutes in the delegate move its buffers at most once (runtimes/xnnpack_layout.py).
     A dict of programs becomes one program of several methods, whose buffers of one name are one
     buffer (ExecuTorch's share_mutable_buffers: a state one method writes, another reads);
-    `constant_methods` adds methods that return constants.
+    `constant_methods` adds methods that return constants. weight_cache=False is for a loader
+    without XNNPACK's weight cache: a weight several linears read reaches them at run time
+    (SharedWeightAtRunTimeConfig), one copy in memory instead of one per operator, packed per call.
     """
     programs = ep if isinstance(ep, dict) else {"forward": ep}
     if external_constants:
         programs = {name: _tag_constants_external(program) for name, program in programs.items()}
-    configs = [*ALL_PARTITIONER_CONFIGS, EluConfig] if xnnpack_elu else None
+    configs = partitioner_configs(xnnpack_elu, weight_cache)
     chains = shape_chains_on_buffer() if shape_chains else contextlib.nullcontext()
     with contextlib.ExitStack() as stack:
         for program in programs.values():
@@ -176,37 +201,3 @@ class LoadedProgram:
     def method_meta(self, method: str = "forward"):
         """Input and output tensor shapes and dtypes of a method, as the program declares them."""
         return self._methods[method].metadata
-
-
-def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20) -> dict[str, float]:
-    """Milliseconds per call spent in each kind of operator ("Fully Connected (NC, F32) GEMM", ...,
-    and the portable kernels), from ExecuTorch's ETDump: the median over `runs` calls after the
-    first. Calls carry state from one to the next, as a stream does."""
-    import statistics
-    import tempfile
-
-    from executorch.devtools import Inspector
-
-    buffer = bytes(buffer)
-    program = load_program(buffer, enable_etdump=True, debug_buffer_size=0)
-    method = program.load_method("forward")
-    for _ in range(runs + 1):
-        method.execute(tuple(inputs))
-    with tempfile.TemporaryDirectory() as folder:
-        path = f"{folder}/run.etdump"
-        program.write_etdump_result_to_file(path, f"{folder}/debug.bin")
-        inspector = Inspector(etdump_path=path)
-    times: dict[str, list[float]] = {}
-    for block in inspector.event_blocks:
-        for event in block.events:
-            if event.perf_data is None or event.name in SPANS:
-                continue
-            kind = event.name.split(" #")[0]
-            calls = event.perf_data.raw[1:]
-            times.setdefault(kind, [0.0] * len(calls))
-            times[kind] = [a + b for a, b in zip(times[kind], calls)]
-    return {kind: statistics.median(samples) for kind, samples in times.items() if samples}
-
-
-# ETDump events that span others (a whole call, a delegate call): not operators.
-SPANS = frozenset({"Method::execute", "DELEGATE_CALL", "OPERATOR_CALL", "Method::init", "Program::load_method"})

@@ -20,6 +20,7 @@ from phaseconv.errors import PhaseconvError
 XNNPACK = "XnnpackBackend"
 TRANSPOSE = "XNNStaticTranspose"
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "int8": 1, "qint8": 1, "qcint8": 1, "qdint8": 1, "qbint4": 0.5, "qcint4": 0.5}
+NOT_EXTERNAL = 2**32 - 1  # XNN_INVALID_VALUE_ID: a value that is no input or output of the delegate
 BARE_NON_FINITE = re.compile(rb"(?<=[:\[,\s])(-?inf|nan)(?=\s*[,\]}\n])")
 
 
@@ -35,6 +36,9 @@ class DelegationSummary:
     # a copy of its own, and keeps it for the program's life, unless XNNPACK's weight cache is on.
     repacked_weights: int = 0
     repacked_bytes: int = 0
+    # XNNPACK operators whose weight reaches the delegate at run time (lowered with
+    # weight_cache=False): packed at each call, into the workspace all operators share
+    run_time_weights: int = 0
 
     @property
     def layout_transposes(self) -> int:
@@ -49,6 +53,7 @@ class DelegationSummary:
             "external_constants": self.external_constants,
             "repacked_weights": self.repacked_weights,
             "repacked_bytes": self.repacked_bytes,
+            "run_time_weights": self.run_time_weights,
         }
 
 
@@ -62,6 +67,7 @@ def summarize_pte(data: bytes) -> DelegationSummary:
         summary.external_constants += method.external_constants
         summary.repacked_weights += method.repacked_weights
         summary.repacked_bytes += method.repacked_bytes
+        summary.run_time_weights += method.run_time_weights
     return summary
 
 
@@ -98,7 +104,8 @@ def summarize_methods(data: bytes) -> dict[str, DelegationSummary]:
 
 
 def _count_repacked_weights(graph: dict, summary: DelegationSummary) -> None:
-    """Readers of each weight (a node's filter) past the first, and the bytes of their copies."""
+    """Readers of each constant weight (a node's filter) past the first, and the bytes of their
+    copies; readers of a weight that is a delegate input (packed at each call) apart."""
     nodes = [node["xnode_union"] for node in graph["xnodes"]]
     readers = Counter(node["filter_id"] for node in nodes if "filter_id" in node)
     # a quantized value wraps its tensor value
@@ -106,6 +113,9 @@ def _count_repacked_weights(graph: dict, summary: DelegationSummary) -> None:
     by_id = {tensor["id_out"]: tensor for tensor in tensors if "id_out" in tensor}
     for value_id, count in readers.items():
         tensor = by_id[value_id]
+        if tensor.get("external_id", NOT_EXTERNAL) != NOT_EXTERNAL:
+            summary.run_time_weights += count
+            continue
         element_bytes = ELEMENT_BYTES.get(tensor["datatype"].removeprefix("xnn_datatype_"), 4)
         summary.repacked_weights += count - 1
         summary.repacked_bytes += int((count - 1) * math.prod(tensor.get("dims", [])) * element_bytes)
