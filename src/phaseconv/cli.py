@@ -297,6 +297,8 @@ def lower(
         hint = f"lowered for any CPU; for this one, --target host ({host_target()}) runs convolutions as GEMMs"
         console.print(hint, highlight=False)
     show_summaries(summaries)
+    if no_weight_cache and not lowered.summary.run_time_weights:
+        console.print("no two linear operators read one weight: --no-weight-cache changed nothing", highlight=False)
     if snr is not None:
         console.print(f"{quantize} output against fp32 eager on the example inputs: SNR {snr:.1f} dB", highlight=False)
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))

@@ -98,6 +98,12 @@ def test_lower_no_rewrite_and_external_constants(tmp_path):
     assert (tmp_path / "stock.ptd").stat().st_size > (tmp_path / "stock.pte").stat().st_size
 
 
+def test_lower_for_no_weight_cache_says_when_it_changed_nothing(tmp_path):
+    result = phaseconv("lower", "demo:mimi-decoder", "--no-weight-cache", "-o", tmp_path / "d.pte")
+    assert result.returncode == 0, result.stderr
+    assert "no two linear operators read one weight: --no-weight-cache changed nothing" in result.stdout
+
+
 def test_inspect_reads_the_file(pte):
     summary = json.loads(phaseconv("inspect", pte, "--json").stdout)
     assert summary["inside"]["XNNConv2d"] > 0 and "XNNConvTranspose2d" not in summary["inside"]
