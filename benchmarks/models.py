@@ -89,7 +89,7 @@ def litert_models(ep) -> dict[str, bytes]:
     import phaseconv
     from phaseconv.runtimes.litert import to_tflite
 
-    return {LITERT_STOCK: to_tflite(ep), LITERT_PHASECONV: phaseconv.export_litert(ep)[0]}
+    return {LITERT_STOCK: to_tflite(ep), LITERT_PHASECONV: phaseconv.export_litert(ep, target="host")[0]}
 
 
 def memory_worker(program: Path, inputs: Path, weight_cache: bool) -> None:

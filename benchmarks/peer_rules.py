@@ -5,7 +5,8 @@
     python benchmarks/peer_rules.py --outputs [--threads 2]   # short_conv's limit: results/short_conv_outputs_1t.json
 
 Per model: export phaseconv.prepare(model); convert that program for the runtime as it is (stock) and
-after phaseconv.rewrite with every rule, with the runtime's export rules (ONNX_RULES, LITERT_RULES), and
+after phaseconv.rewrite with every rule, with the runtime's export rules (ONNX_RULES, LITERT_RULES; and
+LiteRT's for this CPU's target where they differ, LITERT_TARGET_RULES), and
 with each rule that applies to it alone; run all of them against eager, interleaved (ONNX Runtime: CPU
 provider, ORT_ENABLE_ALL; LiteRT: its interpreter and XNNPACK delegate). With --threads 2, only the
 stock conversion and the export rules' (on 2 cores, seven sessions' thread pools slowed one another:
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.models import CASES  # noqa: E402
 from benchmarks.workers import save_results  # noqa: E402
+from phaseconv.targets import host_target  # noqa: E402
 
 console = Console(width=200)
 
@@ -47,6 +49,15 @@ def peer(runtime: str):
     return LITERT_RULES, to_tflite, LiteRTSession
 
 
+def host_export_rules(runtime: str) -> tuple:
+    """The export rules for this CPU's target: LiteRT's per target, ONNX Runtime's one set."""
+    if runtime == "onnx":
+        return peer(runtime)[0]
+    from phaseconv.litert_export import LITERT_TARGET_RULES
+
+    return LITERT_TARGET_RULES[host_target()]
+
+
 def measure(case, runs: int, threads: int, runtime: str = "onnx", alone: bool = True) -> dict:
     import torch
 
@@ -55,6 +66,7 @@ def measure(case, runs: int, threads: int, runtime: str = "onnx", alone: bool = 
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
     export_rules, convert, session = peer(runtime)
+    target_rules = host_export_rules(runtime)
 
     module, inputs = case.build()
     module = phaseconv.prepare(module)
@@ -65,6 +77,8 @@ def measure(case, runs: int, threads: int, runtime: str = "onnx", alone: bool = 
     for rules in (None, export_rules):
         applied |= Counter(d.rule for d in rewrite_with_report(ep, rules)[1] if d.applied)
     variants = {"stock export": ep, "export rules": phaseconv.rewrite(ep, export_rules)}
+    if target_rules != export_rules:  # this CPU's own (export_litert(ep, target="host"))
+        variants[f"export rules for {host_target()}"] = phaseconv.rewrite(ep, target_rules)
     if threads == 1 and alone:  # the rules one by one (see above for 2 threads)
         variants["all rules"] = phaseconv.rewrite(ep)
         variants |= {f"{rule} alone": phaseconv.rewrite(ep, [rule]) for rule in applied}

@@ -365,15 +365,15 @@ def _onnx_runtime() -> PeerRuntime:
     return PeerRuntime("ONNX Runtime", require_onnx, ONNX_RULES, export_onnx, OrtSession, layout)
 
 
-def _litert_runtime() -> PeerRuntime:
-    from phaseconv.litert_export import LITERT_RULES, export_litert
+def _litert_runtime(target: str = "any") -> PeerRuntime:
+    from phaseconv.litert_export import LITERT_TARGET_RULES, export_litert
     from phaseconv.runtimes.litert import LiteRTSession, require_litert
 
     layout = (
         "signature serving_default takes the model's inputs then the state and returns its outputs then the next "
         "state; signature initial_state returns the state before the first call"
     )
-    return PeerRuntime("LiteRT", require_litert, LITERT_RULES, export_litert, LiteRTSession, layout)
+    return PeerRuntime("LiteRT", require_litert, LITERT_TARGET_RULES[target], export_litert, LiteRTSession, layout)
 
 
 @app.command()
@@ -403,15 +403,26 @@ def litert(
     calibration: Path | None = typer.Option(
         None, "--calibration", help="a folder of .npy files (one input each) or .npz files (one input set each)"
     ),
+    target: str = typer.Option("any", help=TARGET_HELP + "; the rules that pay on LiteRT there (not with --rules)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="every rewrite decision, node by node"),
 ) -> None:
     """Rewrite MODEL with the rules that make LiteRT faster, convert it to .tflite, check it in LiteRT's interpreter."""
     if quantize not in (None, "int8"):
         raise PhaseconvError(f"--quantize takes int8 for LiteRT, got {quantize!r}")
+    if rules is not None and target != "any":
+        raise PhaseconvError("--target chooses the rules: give --rules or --target, not both")
     sets = _calibration_sets(calibration, quantize)
     _peer_export(
-        _litert_runtime(), model, output, rules, no_prepare, as_json, verbose, int8=quantize is not None, sets=sets
+        _litert_runtime(resolve_target(target)),
+        model,
+        output,
+        rules,
+        no_prepare,
+        as_json,
+        verbose,
+        int8=quantize is not None,
+        sets=sets,
     )
 
 

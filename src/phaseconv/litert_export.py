@@ -13,10 +13,12 @@ from pathlib import Path
 
 from torch.export import ExportedProgram
 
+from phaseconv.errors import PhaseconvError
 from phaseconv.report import Decision
 from phaseconv.rewrite import rewrite_and_convert
-from phaseconv.rules import RULES_BY_NAME
+from phaseconv.rules import AVX512_WINOGRAD, RULES_BY_NAME
 from phaseconv.rules.mode_pad import ModePadRule
+from phaseconv.targets import resolve_target
 
 # Measured with litert-torch 0.10 and ai-edge-litert 2.3, 1 thread, on an Intel Xeon (AVX-512)
 # (results/xeon/litert_rules.json; each rule alone, stock conversion / rewritten): transposed
@@ -30,9 +32,8 @@ from phaseconv.rules.mode_pad import ModePadRule
 # attention (1.00x). The U-Net's 2-D k2 s2 transposed convolutions gain nothing (1.02x):
 # litert-torch emits no DEPTH_TO_SPACE (it decomposes even pixel_shuffle into reshapes and
 # transposes), so the 2-D interleave is reshapes and transposes there too.
-# A convolution of a nearest upsample becomes a transposed one, then polyphase (nearest_conv): the SD 1.x VAE
-# decoder's export 1.13x (results/xeon/models.json); the small one 1.05x (results/xeon/litert_rules.json;
-# 0.99x the day before, without it).
+# A convolution of a nearest upsample becomes a transposed one, then polyphase (nearest_conv): the small
+# VAE decoder's export 1.05x (results/xeon/litert_rules.json; 0.99x the day before, without it).
 LITERT_RULES = (
     RULES_BY_NAME["fold_constants"],
     RULES_BY_NAME["nearest_conv"],
@@ -46,10 +47,20 @@ LITERT_RULES = (
 )
 
 
+# Per target CPU (phaseconv.targets), as `lower` has. On AVX-512, also the stride-1 3x3 convolutions
+# of 128 channels and more as F(2, 3x3), with ExecuTorch's limit for large outputs: against the stock
+# conversion, LITERT_RULES -> these, 1 / 2 threads (`peer_rules.py --runtime litert --no-alone --only
+# NAME --threads T`, results/xeon/litert_export_rules.json): U-Net 0.98x -> 1.14x / 1.02x -> 1.08x,
+# StyleGAN2-like 2.04x -> 2.36x / 2.73x -> 2.82x, MI-GAN-like 2.49x -> 2.63x / 3.28x -> 3.37x.
+# Not measured on LiteRT without AVX-512: x86-fma3 takes the rules for any CPU.
+LITERT_TARGET_RULES = {"any": LITERT_RULES, "x86-fma3": LITERT_RULES, "x86-avx512": (*LITERT_RULES, AVX512_WINOGRAD)}
+
+
 def export_litert(
-    ep: ExportedProgram, path: str | Path | None = None, rules=LITERT_RULES, calibration=None
+    ep: ExportedProgram, path: str | Path | None = None, rules=None, calibration=None, target: str = "any"
 ) -> tuple[bytes, list[Decision]]:
-    """Rewrite `ep` with `rules` and convert it to a LiteRT model; write it to `path` (atomically) if given.
+    """Rewrite `ep` with `rules` (those that pay on LiteRT for the CPU `target` if None: any, x86-fma3,
+    x86-avx512 or host) and convert it to a LiteRT model; write it to `path` (atomically) if given.
     With `calibration` (input tuples), the rewritten program is quantized to int8 first (static,
     per-channel weights, litert-torch's quantizer): the polyphase convolutions get their own scales.
 
@@ -57,4 +68,7 @@ def export_litert(
     """
     from phaseconv.runtimes.litert import to_tflite
 
+    if rules is not None and target != "any":
+        raise PhaseconvError("give export_litert rules or a target, not both: the target chooses the rules")
+    rules = LITERT_TARGET_RULES[resolve_target(target)] if rules is None else rules
     return rewrite_and_convert(ep, rules, partial(to_tflite, calibration=calibration), path)

@@ -303,6 +303,8 @@ def test_litert_int8_reports_its_snr_against_eager(tmp_path):
         (["--quantize", "int4"], "--quantize takes int8 for LiteRT, got 'int4'"),
         (["--calibration", "calibration"], "--calibration goes with --quantize int8"),
         (["--quantize", "int8", "--calibration", "absent"], "not a folder"),
+        (["--rules", "conv_transpose", "--target", "x86-avx512"], "give --rules or --target, not both"),
+        (["--target", "arm"], "unknown target 'arm'"),
     ],
 )
 def test_litert_bad_input_gets_one_line_and_no_file(args, words, tmp_path):

@@ -50,6 +50,22 @@ def test_a_stateful_step_converts_with_its_state_as_inputs_and_outputs():
     assert_streams_like_eager(session, ep, x)
 
 
+def test_for_x86_avx512_a_wide_3x3_convolution_is_winograd_in_litert_too():
+    """The target's rules: F(2, 3x3) for 128 channels (the rules for any CPU leave it to LiteRT)."""
+    x = torch.randn(1, 128, 8, 8)
+    module = nn.Conv2d(128, 128, 3, padding=1).eval()
+    ep = export(module, x)
+    model, decisions = phaseconv.export_litert(ep, target="x86-avx512")
+    assert any(d.rule == "winograd" and d.applied for d in decisions), decisions
+    assert "DEPTHWISE_CONV_2D" in operators(model)  # its input transforms
+    assert not any(d.rule == "winograd" for d in phaseconv.export_litert(ep)[1])
+    with torch.no_grad():
+        expected = module(x)
+    assert_close(LiteRTSession(model).run((x,))[0], expected, scale=float(expected.abs().max()))
+    with pytest.raises(PhaseconvError, match="rules or a target, not both"):
+        phaseconv.export_litert(ep, rules=["conv_transpose"], target="x86-avx512")
+
+
 def test_a_program_of_dynamic_length_is_refused():
     length = torch.export.Dim("length", min=2, max=16)
     ep = export(nn.ConvTranspose1d(4, 4, 4, 2), torch.randn(1, 4, 5), dynamic_shapes=({2: length},))
