@@ -49,15 +49,6 @@ def peer(runtime: str):
     return LITERT_RULES, to_tflite, LiteRTSession
 
 
-def host_export_rules(runtime: str) -> tuple:
-    """The export rules for this CPU's target: LiteRT's per target, ONNX Runtime's one set."""
-    if runtime == "onnx":
-        return peer(runtime)[0]
-    from phaseconv.litert_export import LITERT_TARGET_RULES
-
-    return LITERT_TARGET_RULES[host_target()]
-
-
 def measure(case, runs: int, threads: int, runtime: str = "onnx", alone: bool = True) -> dict:
     import torch
 
@@ -66,7 +57,11 @@ def measure(case, runs: int, threads: int, runtime: str = "onnx", alone: bool = 
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
     export_rules, convert, session = peer(runtime)
-    target_rules = host_export_rules(runtime)
+    target_rules = export_rules  # this CPU's own: LiteRT has them per target, ONNX Runtime one set
+    if runtime == "litert":
+        from phaseconv.litert_export import LITERT_TARGET_RULES
+
+        target_rules = LITERT_TARGET_RULES[host_target()]
 
     module, inputs = case.build()
     module = phaseconv.prepare(module)

@@ -25,8 +25,12 @@ class OperatorTime:
 
     @property
     def kind(self) -> str:
-        """The name without its number: "Fully Connected (NC, F32) GEMM"."""
-        return self.name.rsplit(" #", 1)[0]
+        return operator_kind(self.name)
+
+
+def operator_kind(name: str) -> str:
+    """An operator's name without its number: "Fully Connected (NC, F32) GEMM"."""
+    return name.rsplit(" #", 1)[0]
 
 
 def _timed_events(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int) -> list[tuple[str, list[float]]]:
@@ -63,6 +67,6 @@ def kind_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20) 
     and the portable kernels): the median over `runs` calls of each call's sum."""
     sums: dict[str, list[float]] = {}
     for name, calls in _timed_events(buffer, inputs, runs):
-        kind = OperatorTime(name, 0.0).kind
+        kind = operator_kind(name)
         sums[kind] = [a + b for a, b in zip(sums.get(kind, [0.0] * len(calls)), calls)]
     return {kind: statistics.median(samples) for kind, samples in sums.items()}
