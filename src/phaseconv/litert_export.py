@@ -34,6 +34,8 @@ from phaseconv.targets import resolve_target
 # transposes), so the 2-D interleave is reshapes and transposes there too.
 # A convolution of a nearest upsample becomes a transposed one, then polyphase (nearest_conv): the small
 # VAE decoder's export 1.05x (results/xeon/litert_rules.json; 0.99x the day before, without it).
+# An iSTFT head whose spectrum is complex (Vocos) does not convert (litert-torch has no complex64);
+# the istft rule makes it a transposed convolution.
 LITERT_RULES = (
     RULES_BY_NAME["fold_constants"],
     RULES_BY_NAME["nearest_conv"],
@@ -44,6 +46,7 @@ LITERT_RULES = (
     RULES_BY_NAME["views"],
     RULES_BY_NAME["constant_operands"],
     RULES_BY_NAME["padded_taps"],
+    RULES_BY_NAME["istft"],
 )
 
 

@@ -39,6 +39,8 @@ from phaseconv.rules.nearest_conv import NearestConvRule
 # runs itself (nearest_conv without conv_transpose's multiply-add limit: 2-D polyphase loses on ORT): the SD 1.x
 # VAE decoder's ORT export 1.06x faster on an Intel Xeon (results/xeon/models.json; 1.00x the day before,
 # without it); the small one, whose only upsampler has 64 channels, 0.99x alone (results/xeon/onnx_rules.json).
+# An iSTFT head that builds its spectrum in complex arithmetic (Vocos: mag * (cos + 1j * sin)) does not
+# export to ONNX at all (complex64 tensors); the istft rule makes it real: a transposed convolution.
 ONNX_RULES = (
     RULES_BY_NAME["fold_constants"],
     NearestConvRule(max_mac_overhead=math.inf),
@@ -49,6 +51,7 @@ ONNX_RULES = (
     RULES_BY_NAME["constant_operands"],
     RULES_BY_NAME["padded_taps"],
     RULES_BY_NAME["short_conv"],
+    RULES_BY_NAME["istft"],
 )
 
 

@@ -1,7 +1,7 @@
 """Built-in models (random weights, real architectures), reachable by name on the command line:
 `demo:NAME` (small, self-contained), `hf:NAME[?arg=value&...]` (the decoders `transformers` builds),
-`diffusers:NAME[?arg=value&...]` (the VAE decoders `diffusers` builds) and `pocket-tts:CONFIG`
-(pocket-tts's Mimi decoder as a streaming step)."""
+`diffusers:NAME[?arg=value&...]` (the VAE decoders `diffusers` builds), `vocos:NAME[?arg=value&...]`
+(the vocoders `vocos` builds) and `pocket-tts:CONFIG` (pocket-tts's Mimi decoder as a streaming step)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,7 +9,7 @@ from functools import partial
 
 import torch
 
-from phaseconv.models import diffusers_vae, transformers_audio
+from phaseconv.models import diffusers_vae, transformers_audio, vocos
 from phaseconv.models.audio import mimi_decoder, seanet_decoder
 from phaseconv.models.image import migan_generator, migan_generator_fp16
 
@@ -60,8 +60,15 @@ DIFFUSERS_MODELS: dict[str, BuiltIn] = {
     ),
 }
 
+VOCOS_MODELS: dict[str, BuiltIn] = {
+    "mel": BuiltIn(
+        vocos.mel_vocoder, "Vocos mel-24khz: mel [1, 100, frames] -> 24 kHz audio, an iSTFT head", {"frames": int}
+    ),
+}
+
 # prefix -> (its models, the package that builds them)
 FAMILIES: dict[str, tuple[dict[str, BuiltIn], str]] = {
     "hf": (HF_MODELS, "transformers"),
     "diffusers": (DIFFUSERS_MODELS, "diffusers"),
+    "vocos": (VOCOS_MODELS, "vocos"),
 }

@@ -47,14 +47,14 @@ def load_model(spec: str, weights: Path | None = None, prepare: bool = True) -> 
 
         config = spec.removeprefix("pocket-tts:") or DEFAULT_CONFIG
         return _from_factory(spec, lambda: mimi_step(config, weights), prepare)
-    if spec.startswith("demo:"):
-        from phaseconv.models import DEMO_MODELS
+    from phaseconv.models import DEMO_MODELS, FAMILIES
 
+    if spec.startswith("demo:"):
         name = spec.removeprefix("demo:")
         if name not in DEMO_MODELS:
             raise PhaseconvError(f"unknown demo model {name!r}; built in: {', '.join(sorted(DEMO_MODELS))}")
         return _from_factory(spec, DEMO_MODELS[name], prepare)
-    if spec.split(":")[0] in ("hf", "diffusers"):
+    if spec.split(":")[0] in FAMILIES:
         return _from_factory(spec, _family_factory(spec), prepare)
     path = Path(spec)
     if path.exists():
@@ -70,8 +70,8 @@ def load_model(spec: str, weights: Path | None = None, prepare: bool = True) -> 
             raise PhaseconvError(f"{module_name} has no function {function_name}")
         return _from_factory(spec, factory, prepare)
     raise PhaseconvError(
-        f"no such file: {spec} (nor a module.path:factory, demo:NAME, hf:NAME, diffusers:NAME or pocket-tts:CONFIG; "
-        "`phaseconv models` lists the built-in names)"
+        f"no such file: {spec} (nor a module.path:factory, demo:NAME, hf:NAME, diffusers:NAME, vocos:NAME or "
+        "pocket-tts:CONFIG; `phaseconv models` lists the built-in names)"
     )
 
 
