@@ -34,14 +34,24 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import torch  # noqa: E402
+
 from benchmarks.workers import machine, resident_mib, saved_rows  # noqa: E402
-from phaseconv.models import diffusers_vae, image, stylegan, transformers_audio, unet  # noqa: E402
+from phaseconv.models import diffusers_vae, image, stylegan, transformers_audio, unet, vocos  # noqa: E402
 from phaseconv.targets import host_target  # noqa: E402
 
 # The stock program phaseconv is compared with: the model as built when it lowers; if it does not
-# (tensor-valued conv settings), with only those made static; then the prepared model; then folded.
-BASELINES = ("stock, as built", "stock, weight_norm kept", "stock, prepared", "stock, constants folded")
-LABELS = dict(zip(BASELINES, ("", " (w)", " (p)", " (f)")))
+# (tensor-valued conv settings), with only those made static; then the prepared model; then folded;
+# for a model no stock runtime runs (Vocos's complex spectrum), the network, its iSTFT in PyTorch.
+ISTFT_IN_PYTORCH = "stock, iSTFT in PyTorch"
+BASELINES = (
+    "stock, as built",
+    "stock, weight_norm kept",
+    "stock, prepared",
+    "stock, constants folded",
+    ISTFT_IN_PYTORCH,
+)
+LABELS = dict(zip(BASELINES, ("", " (w)", " (p)", " (f)", " (t)")))
 PCM_STEP = 1 / 32768  # one step of 16-bit audio at full scale
 ORT_STOCK, ORT_PHASECONV = "ONNX Runtime, stock export", "ONNX Runtime, phaseconv export"
 LITERT_STOCK, LITERT_PHASECONV = "LiteRT, stock conversion", "LiteRT, phaseconv export"
@@ -53,6 +63,29 @@ class ModelCase:
     name: str
     build: object  # () -> (nn.Module, inputs)
     sample_rate: int | None = None  # audio models: output samples per second
+    # (module) -> (network, tail) when no stock runtime runs the model: each runs the network and
+    # eager PyTorch the tail (the stock baselines and peers)
+    split_for_stock: object = None
+
+
+class SpectrumParts(torch.nn.Module):
+    """Vocos up to its iSTFT: mel -> the spectrum's real and imaginary parts (vocos.heads.ISTFTHead's
+    forward, with the two products written out)."""
+
+    def __init__(self, vocoder):
+        super().__init__()
+        self.vocoder = vocoder
+
+    def forward(self, mel):
+        head = self.vocoder.head
+        magnitude, phase = head.out(self.vocoder.backbone(mel)).transpose(1, 2).chunk(2, dim=1)
+        magnitude = torch.clip(torch.exp(magnitude), max=1e2)
+        return magnitude * torch.cos(phase), magnitude * torch.sin(phase)
+
+
+def istft_in_pytorch(vocoder) -> tuple[torch.nn.Module, object]:
+    """Vocos as a stock runtime can run it: the network up to the spectrum, and torch.istft in the app."""
+    return SpectrumParts(vocoder), lambda real, imaginary: vocoder.head.istft(torch.complex(real, imaginary))
 
 
 CASES = [
@@ -68,6 +101,7 @@ CASES = [
     ModelCase("U-Net 128x128, ConvTranspose2d(k2, s2)", unet.unet),
     ModelCase("SD 1.x VAE decoder, 32x32 latents", partial(diffusers_vae.vae_decoder, 32)),
     ModelCase("SD VAE decoder (small), 32x32 latents", partial(diffusers_vae.vae_decoder, 32, diffusers_vae.SMALL)),
+    ModelCase("Vocos mel-24khz, 94 frames (1 s)", partial(vocos.mel_vocoder, 94), 24000, istft_in_pytorch),
 ]
 
 
@@ -76,20 +110,30 @@ def _first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {text[0][:160] if text else ''}"
 
 
-def ort_models(ep) -> dict[str, bytes]:
-    """The prepared program exported to ONNX as it is and by phaseconv.export_onnx."""
+def peer_exports(litert: bool) -> list[tuple[dict, type]]:
+    """The peers, each as (name -> export of a prepared program, its session): ONNX Runtime's stock
+    export and phaseconv.export_onnx; LiteRT's stock conversion and export_litert when `litert`."""
     import phaseconv
-    from phaseconv.runtimes.onnxruntime import to_onnx
+    from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
 
-    return {ORT_STOCK: to_onnx(ep), ORT_PHASECONV: phaseconv.export_onnx(ep)[0]}
+    peers = [({ORT_STOCK: to_onnx, ORT_PHASECONV: lambda ep: phaseconv.export_onnx(ep)[0]}, OrtSession)]
+    if litert:
+        from phaseconv.runtimes.litert import LiteRTSession, to_tflite
+
+        exports = {LITERT_STOCK: to_tflite, LITERT_PHASECONV: lambda ep: phaseconv.export_litert(ep, target="host")[0]}
+        peers.append((exports, LiteRTSession))
+    return peers
 
 
-def litert_models(ep) -> dict[str, bytes]:
-    """The prepared program converted to .tflite as it is and by phaseconv.export_litert."""
-    import phaseconv
-    from phaseconv.runtimes.litert import to_tflite
+@dataclass(frozen=True)
+class WithTail:
+    """A program whose outputs `tail` finishes in eager PyTorch: run(inputs) -> (tail(*outputs),)."""
 
-    return {LITERT_STOCK: to_tflite(ep), LITERT_PHASECONV: phaseconv.export_litert(ep, target="host")[0]}
+    program: object
+    tail: object
+
+    def run(self, inputs):
+        return (self.tail(*self.program.run(inputs)),)
 
 
 def memory_worker(program: Path, inputs: Path, weight_cache: bool) -> None:
@@ -97,8 +141,6 @@ def memory_worker(program: Path, inputs: Path, weight_cache: bool) -> None:
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(1)
-    import torch
-
     from phaseconv.runtimes.executorch import LoadedProgram
 
     tensors = torch.load(inputs)
@@ -115,8 +157,6 @@ NO_WEIGHT_CACHE = "phaseconv, lower --no-weight-cache"
 
 def resident_growth(buffers: dict[str, bytes], inputs) -> dict:
     """{program: {loader: {load_mib, first_call_mib}}}, each program alone in a fresh process per loader."""
-    import torch
-
     growth = {}
     with tempfile.TemporaryDirectory() as folder:
         saved_inputs = Path(folder) / "inputs.pt"
@@ -139,13 +179,10 @@ def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = F
     """Every program of one model: delegation, error against eager, interleaved medians; LiteRT's
     two conversions too when `litert`; resident memory of the stock and phaseconv programs when
     `memory` (at one thread)."""
-    import torch
-
     import phaseconv
     from phaseconv.rewrite import rewrite_with_report
     from phaseconv.rules import TARGET_RULES
     from phaseconv.runtimes.executorch import PHASECONV_LOWERING, LoadedProgram, to_xnnpack
-    from phaseconv.runtimes.onnxruntime import OrtSession
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
@@ -167,16 +204,15 @@ def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = F
     programs["phaseconv"] = fast
     loaded, summaries, errors, buffers = {}, {}, {}, {}
 
-    def lower_and_run(name, program) -> bool:
+    def lower_and_run(name, program, tail=None) -> bool:
         try:
             buffer = to_xnnpack(program, **(PHASECONV_LOWERING if name == "phaseconv" else {})).buffer
+            program = LoadedProgram(buffer) if tail is None else WithTail(LoadedProgram(buffer), tail)
+            (output,) = program.run(inputs)
         except Exception as error:
-            failures[name] = f"lowering: {_first_line(error)}"
+            failures[name] = f"lowering or running: {_first_line(error)}"
             return False
-        summaries[name] = summarize_pte(buffer).to_dict()
-        buffers[name] = buffer
-        loaded[name] = LoadedProgram(buffer)
-        (output,) = loaded[name].run(inputs)
+        summaries[name], buffers[name], loaded[name] = summarize_pte(buffer).to_dict(), buffer, program
         errors[name] = float((output.float() - expected.float()).abs().max())
         return True
 
@@ -184,14 +220,19 @@ def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = F
         lower_and_run(name, program)
     if "stock, prepared" not in loaded:  # e.g. a partitioner failure: compare with folding alone
         lower_and_run("stock, constants folded", phaseconv.rewrite(ep, ["fold_constants"]))
-    peers = [(ort_models(ep), OrtSession)]  # the peers, same threads: ONNX Runtime, and LiteRT if asked
-    if litert:
-        from phaseconv.runtimes.litert import LiteRTSession
-
-        peers.append((litert_models(ep), LiteRTSession))
-    for models, session in peers:
-        for name, model in models.items():
-            loaded[name] = session(model, threads)
+    network, tail = case.split_for_stock(module) if case.split_for_stock else (None, None)
+    if network is not None and not any(name in loaded for name in BASELINES):
+        network_ep = torch.export.export(network, inputs)
+        lower_and_run(ISTFT_IN_PYTORCH, network_ep, tail)
+    for exports, session in peer_exports(litert):  # the peers, same threads
+        for name, export in exports.items():
+            try:
+                loaded[name] = session(export(ep), threads)
+            except Exception as error:
+                if network is None:
+                    raise
+                failures[name] = f"export: {_first_line(error)}"
+                loaded[name] = WithTail(session(export(network_ep), threads), tail)
             errors[name] = float((loaded[name].run(inputs)[0].float() - expected.float()).abs().max())
     torch.set_num_threads(threads)
     runners = {name: partial(program.run, inputs) for name, program in loaded.items()}
@@ -374,7 +415,8 @@ def main(
     console.print(
         "stock baseline when the model as built does not export or lower: (w) conv settings made static, "
         "weight_norm kept; "
-        "(p) phaseconv.prepare(model); (f) prepared + constants folded (the stock lowering fails)"
+        "(p) phaseconv.prepare(model); (f) prepared + constants folded (the stock lowering fails); "
+        "(t) the network up to the spectrum, torch.istft in eager PyTorch (no stock runtime runs the iSTFT head)"
     )
     json_path.parent.mkdir(parents=True, exist_ok=True)
     if (only or threads != "1,2") and json_path.exists():  # a partial run updates its rows in the results

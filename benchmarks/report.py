@@ -49,6 +49,7 @@ def _stock(row: dict) -> tuple[str, float]:
 
 
 LITERT = ("LiteRT, stock conversion", "LiteRT, phaseconv export")
+ISTFT_IN_PYTORCH = "stock, iSTFT in PyTorch"  # benchmarks/models.py's baseline for a model no stock runtime runs
 
 
 def models(data: dict, threads: tuple[int, ...] = (1, 2), memory: bool = True) -> str:
@@ -70,7 +71,7 @@ def models(data: dict, threads: tuple[int, ...] = (1, 2), memory: bool = True) -
             [
                 row["model"],
                 str(row["threads"]),
-                _ms(stock),
+                _ms(stock) + (" (t)" if baseline == ISTFT_IN_PYTORCH else ""),
                 _ms(ms["phaseconv"]),
                 f"{stock / ms['phaseconv']:.2f}x",
                 _ms(ms.get("ONNX Runtime, stock export")),
@@ -83,6 +84,12 @@ def models(data: dict, threads: tuple[int, ...] = (1, 2), memory: bool = True) -
     runs = data["meta"].get("runs")
     note = f" Milliseconds per call, median of {runs} interleaved runs." if runs else ""
     text = _machine(data["meta"], "python benchmarks/models.py") + note + "\n\n" + _table(header, rows)
+    if any(row[2].endswith(" (t)") for row in rows):
+        text += (
+            "\n\n(t) The stock runtimes (ExecuTorch, ONNX export, LiteRT conversion) all fail on Vocos's "
+            "complex spectrum: its stock figures are the network up to the spectrum on that runtime, then "
+            "torch.istft in eager PyTorch."
+        )
     return text + (_memory(data) if memory else "")
 
 
