@@ -103,12 +103,15 @@ def ort_kinds(program, inputs, threads: int, runs: int) -> dict[str, list]:
     return dict(kinds)
 
 
-def fully_connected_rows(threads: int, runs: int, rows=(1, 2, 7, 8)) -> list[dict]:
+def fully_connected_rows(threads: int, runs: int, rows=(1, 2, 4, 6, 7, 8, 12, 16, 24, 32, 48, 94)) -> list[dict]:
     """16 fully connected layers, 512 -> 2048 -> 512 alternately (67 MB of float32 weights, as in
-    Mimi's transformer) at a few rows, through XNNPACK and through ONNX Runtime, interleaved: the
-    weights' streaming rate at the row counts of one-frame decoding."""
+    Mimi's transformer) at a few rows, through XNNPACK (as stock lowers them, and weight first: the
+    transposed_linear rule at every row count) and through ONNX Runtime, interleaved: the weights'
+    streaming rate at the row counts of one-frame decoding and beyond."""
     import torch
 
+    import phaseconv
+    from phaseconv.rules.transposed_linear import TransposedLinearRule
     from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
     from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
     from phaseconv.runtimes.timing import interleaved_times, median_ms
@@ -116,11 +119,14 @@ def fully_connected_rows(threads: int, runs: int, rows=(1, 2, 7, 8)) -> list[dic
     torch.manual_seed(0)
     stack = torch.nn.Sequential(*[torch.nn.Linear(*((512, 2048) if i % 2 == 0 else (2048, 512))) for i in range(16)])
     weight_bytes = sum(p.numel() * 4 for p in stack.parameters())
+    every_row_count = [TransposedLinearRule(min_rows=1, max_rows=10**9)]
     runners = {}
     for count in rows:
         x = torch.randn(count, 512)
         program = torch.export.export(stack.eval(), (x,))
         runners[("XNNPACK", count)] = partial(LoadedProgram(to_xnnpack(program).buffer).run, (x,))
+        weight_first = to_xnnpack(phaseconv.rewrite(program, every_row_count)).buffer
+        runners[("XNNPACK, weight first", count)] = partial(LoadedProgram(weight_first).run, (x,))
         runners[("ONNX Runtime", count)] = partial(OrtSession(to_onnx(program), threads).run, (x,))
     medians = {key: median_ms(t) for key, t in interleaved_times(runners, runs).items()}
     return [
@@ -282,7 +288,7 @@ def main(
     json_path: Path = typer.Option(
         None, "--json", help="where to write the results (results/operators.json; --rows: fully_connected_rows.json)"
     ),
-    rows: bool = typer.Option(False, "--rows", help="fully connected layers at 1, 2, 7, 8 rows, XNNPACK and ORT"),
+    rows: bool = typer.Option(False, "--rows", help="fully connected layers at 1-94 rows: XNNPACK, weight first, ORT"),
 ) -> None:
     from phaseconv.runtimes.executorch import set_threads
 

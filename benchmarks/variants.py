@@ -29,6 +29,8 @@
 - weight_cache: the decoders lowered for the host, loaded with XNNPACK's weight cache (packed
   weights shared by the operators reading one constant: an unrolled LSTM's steps) or without it
   (the pip build's default: a private packed copy per operator).
+- transposed_linear: pocket-tts's decoder step (16 rows per linear), Vocos (94) and Mimi's decoder on
+  25 frames (50) lowered for x86-avx512 with the linears of 8-128 rows weight first, or without.
 - no_weight_cache: EnCodec's decoder loaded without the cache, lowered as `phaseconv lower` does
   (a private packed copy of each recurrent weight per step) or as `lower --no-weight-cache` does
   (the shared weights given at run time, packed at each step).
@@ -319,6 +321,25 @@ def main(
         }
         cases.append((f"{label} (no_weight_cache)", phaseconv.prepare(module), inputs, variants))
     with_and_without("padded_taps", ("Mimi decoder 1 frame",), "taps on zeros dropped", "every tap kept")
+    weight_first = {
+        "for x86-avx512": avx512,
+        "without transposed_linear": (tuple(r for r in avx512[0] if r.name != "transposed_linear"), avx512[1]),
+    }
+    for label in ("pocket-tts english_2026-09 step", "Vocos mel-24khz 94 frames", "Mimi decoder 25 frames"):
+        if only.lower() in f"{label} (transposed_linear)".lower():
+            if label.startswith("pocket-tts"):
+                from phaseconv.models.pocket_tts import MimiStep, build_mimi
+
+                module, inputs = MimiStep(build_mimi("english_2026-09")), (torch.randn(1, 1, 32),)
+            elif label.startswith("Vocos"):  # its iSTFT rewritten first: stock ExecuTorch does not lower it
+                from phaseconv.models.vocos import mel_vocoder
+
+                module, inputs = mel_vocoder(94)
+                module = phaseconv.rewrite(torch.export.export(module, inputs), ["istft"])
+            else:
+                module, inputs = decoders[label]()
+            module = module if isinstance(module, torch.export.ExportedProgram) else phaseconv.prepare(module)
+            cases.append((f"{label} (transposed_linear)", module, inputs, weight_first))
     with_and_without(
         "split_conv",
         ("DAC decoder 1 s", "HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames", "Mimi decoder 25 frames"),

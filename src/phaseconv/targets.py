@@ -12,6 +12,8 @@
   at 64 channels, or with strided and 1-D kernels too, they did not; beyond 128x128 outputs only
   from 256 channels in and out: SD 1.x's VAE decoder at 32x32 latents ran 5646 ms with its
   128-channel layers at 256x256 taken too, 5434 without (`python benchmarks/variants.py --only "SD 1.x"`);
+  and `transposed_linear`, linear layers of 8-128 rows with their weight first (XNNPACK tiles the
+  rows by 7 and reads the weight once per tile: rules/transposed_linear.py);
 - "host": the CPU this runs on, as one of the above (what the benchmarks and `phaseconv bench` use).
 """
 

@@ -23,6 +23,7 @@ from phaseconv.rules.slice_of_cat import SliceOfCatRule
 from phaseconv.rules.slice_scatter import SliceScatterRule
 from phaseconv.rules.split_conv import SplitConvRule
 from phaseconv.rules.stft import StftRule
+from phaseconv.rules.transposed_linear import TransposedLinearRule
 from phaseconv.rules.variance import VarianceRule
 from phaseconv.rules.views import ViewRule
 from phaseconv.rules.winograd import WinogradRule
@@ -51,7 +52,8 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Lift1dRule(),
     SplitConvRule(),
 )
-RULES_BY_NAME = {rule.name: rule for rule in (*DEFAULT_RULES, WinogradRule(), Im2colRule(), ShortConvRule())}
+EXTRA_RULES = (WinogradRule(), Im2colRule(), ShortConvRule(), TransposedLinearRule())
+RULES_BY_NAME = {rule.name: rule for rule in (*DEFAULT_RULES, *EXTRA_RULES)}
 # What phaseconv.lower rewrites with: its lowering delegates fp32 ELU to XNNPACK's own (EluConfig) and
 # moves view chains on the channels-last buffer, so the ops after an interleave can stay lifted.
 LOWERING_RULES: tuple[Rule, ...] = tuple(
@@ -67,10 +69,12 @@ TARGET_RULES: dict[str, tuple[Rule, ...]] = {
     "x86-fma3": tuple(
         r for rule in LOWERING_RULES for r in ((*AS_GEMMS, rule) if rule.name == "split_conv" else (rule,))
     ),
-    # ... for AVX-512, where only wide stride-1 3x3 (and 2x2) convolutions paid as Winograd's GEMMs
+    # ... for AVX-512, where only wide stride-1 3x3 (and 2x2) convolutions paid as Winograd's GEMMs, and
+    # linears of 8 to 128 rows with their weight first (XNNPACK's 7-row tiles: rules/transposed_linear.py)
     "x86-avx512": tuple(
         r for rule in LOWERING_RULES for r in ((AVX512_WINOGRAD, rule) if rule.name == "split_conv" else (rule,))
-    ),
+    )
+    + (TransposedLinearRule(),),
 }
 # What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32,
 # and no split of large float weights (int8 weights are a quarter of the size: measured for fp32).

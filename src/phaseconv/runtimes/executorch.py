@@ -20,6 +20,7 @@ from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
 from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig
 from executorch.backends.xnnpack.partition.config.generic_node_configs import EluConfig
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.backends.xnnpack.utils.utils import is_param_node
 from executorch.exir import (
     EdgeCompileConfig,
     ExecutorchBackendConfig,
@@ -53,23 +54,35 @@ EXTERNAL_TAG = "_default_external_constant"
 PHASECONV_LOWERING = {"xnnpack_elu": True, "shape_chains": True}
 
 
-class SharedWeightAtRunTimeConfig(LinearConfig):
-    """XNNPACK's linear, except that an fp32 linear whose weight other linears read too (the steps
-    of an unrolled LSTM) takes it, and its bias, as run-time inputs of the delegate: XNNPACK packs
-    it at each call into its workspace, which all operators share, instead of a copy per operator at load
-    (the stock partitioner's force_non_static_weights_for_f32_linear, for these linears only)."""
+class RunTimeWeightLinearConfig(LinearConfig):
+    """XNNPACK's linear, with the weight as a run-time input of the delegate (the stock partitioner's
+    force_non_static_weights_for_f32_linear: XNNPACK packs it at each call, into the workspace all its
+    operators share) for an fp32 linear whose input is a constant and whose weight is not (the
+    transposed_linear rule's W x^T), which would otherwise run portable; and, with
+    `shared_weights_at_run_time` (a loader without the weight cache), for one whose weight other
+    linears read too (the steps of an unrolled LSTM), instead of a packed copy per operator at load.
+    Forced for every linear, that flag broke a load (a convolution failed: xnn_status_invalid_parameter)."""
+
+    shared_weights_at_run_time = False
 
     def get_deps(self, node, ep):
-        readers = sum(user.target == node.target for user in node.args[1].users)
-        self.force_non_static_weights_for_f32_linear = readers > 1
+        data, weight = node.args[0], node.args[1]
+        weight_first = is_param_node(ep, data) and not is_param_node(ep, weight)
+        shared = sum(user.target == node.target for user in weight.users) > 1
+        self.force_non_static_weights_for_f32_linear = weight_first or (self.shared_weights_at_run_time and shared)
         return super().get_deps(node, ep)
 
 
+class SharedWeightAtRunTimeConfig(RunTimeWeightLinearConfig):
+    shared_weights_at_run_time = True
+
+
 def partitioner_configs(xnnpack_elu: bool = False, weight_cache: bool = True) -> list:
-    """XNNPACK's partitioner configs, with its ELU (`xnnpack_elu`), and with shared linear weights
-    given at run time for a loader without the weight cache (weight_cache=False)."""
+    """XNNPACK's partitioner configs, with its ELU (`xnnpack_elu`), linears of a run-time weight, and
+    with shared linear weights given at run time for a loader without the weight cache (weight_cache=False)."""
+    linear = RunTimeWeightLinearConfig if weight_cache else SharedWeightAtRunTimeConfig
     configs = [*ALL_PARTITIONER_CONFIGS, *([EluConfig] if xnnpack_elu else [])]
-    return configs if weight_cache else [SharedWeightAtRunTimeConfig if c is LinearConfig else c for c in configs]
+    return [linear if c is LinearConfig else c for c in configs]
 
 
 def to_xnnpack(
