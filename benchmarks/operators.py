@@ -35,7 +35,7 @@ from benchmarks.models import CASES  # noqa: E402
 from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=200)
-GEMM_KINDS = ("Convolution", "Fully Connected")
+GEMM_KINDS = ("Convolution", "Fully Connected", "Dynamic Fully Connected")  # the last: a run-time weight
 CONV_TARGETS = ("aten.conv1d.default", "aten.conv2d.default", "aten.convolution.default")
 
 
