@@ -29,8 +29,10 @@
 - weight_cache: the decoders lowered for the host, loaded with XNNPACK's weight cache (packed
   weights shared by the operators reading one constant: an unrolled LSTM's steps) or without it
   (the pip build's default: a private packed copy per operator).
-- transposed_linear: pocket-tts's decoder step (16 rows per linear), Vocos (94) and Mimi's decoder on
-  25 frames (50) lowered for x86-avx512 with the linears of 8-128 rows weight first, or without.
+- transposed_linear: pocket-tts's decoder step (16 rows per linear), Vocos (94) and the decoders
+  lowered for x86-avx512 with the linears of 8-128 rows weight first, or without;
+- short_conv: the same, with the large-weight 1-D convolutions of 8-128 steps as windows and a
+  weight-first linear, or without.
 - no_weight_cache: EnCodec's decoder loaded without the cache, lowered as `phaseconv lower` does
   (a private packed copy of each recurrent weight per step) or as `lower --no-weight-cache` does
   (the shared weights given at run time, packed at each step).
@@ -118,7 +120,7 @@ def main(
 
     import phaseconv
     from phaseconv.models import DEMO_MODELS
-    from phaseconv.rules import AVX512_WINOGRAD, DEFAULT_RULES, LOWERING_RULES, TARGET_RULES
+    from phaseconv.rules import AVX512_SHORT_CONV, AVX512_WINOGRAD, DEFAULT_RULES, LOWERING_RULES, TARGET_RULES
     from phaseconv.rules.conv_transpose import ConvTransposeRule
     from phaseconv.rules.im2col import Im2colRule
     from phaseconv.rules.lift_1d import Lift1dRule
@@ -321,12 +323,18 @@ def main(
         }
         cases.append((f"{label} (no_weight_cache)", phaseconv.prepare(module), inputs, variants))
     with_and_without("padded_taps", ("Mimi decoder 1 frame",), "taps on zeros dropped", "every tap kept")
-    weight_first = {
-        "for x86-avx512": avx512,
-        "without transposed_linear": (tuple(r for r in avx512[0] if r.name != "transposed_linear"), avx512[1]),
-    }
-    for label in ("pocket-tts english_2026-09 step", "Vocos mel-24khz 94 frames", "Mimi decoder 25 frames"):
-        if only.lower() in f"{label} (transposed_linear)".lower():
+
+    def without(*removed) -> tuple:
+        return tuple(r for r in avx512[0] if r not in removed), avx512[1]
+
+    transposed_linear = next(r for r in avx512[0] if r.name == "transposed_linear")
+    # short_conv's linear for AVX-512 is there for transposed_linear to take: without it, without both
+    weight_first = {"for x86-avx512": avx512, "without either": without(transposed_linear, AVX512_SHORT_CONV)}
+    windows = {"for x86-avx512": avx512, "without short_conv": without(AVX512_SHORT_CONV)}
+    for label in ("pocket-tts english_2026-09 step", "Vocos mel-24khz 94 frames", *decoders):
+        for rule, variants in (("transposed_linear", weight_first), ("short_conv", windows)):
+            if only.lower() not in f"{label} ({rule})".lower():
+                continue
             if label.startswith("pocket-tts"):
                 from phaseconv.models.pocket_tts import MimiStep, build_mimi
 
@@ -339,7 +347,7 @@ def main(
             else:
                 module, inputs = decoders[label]()
             module = module if isinstance(module, torch.export.ExportedProgram) else phaseconv.prepare(module)
-            cases.append((f"{label} (transposed_linear)", module, inputs, weight_first))
+            cases.append((f"{label} ({rule})", module, inputs, variants))
     with_and_without(
         "split_conv",
         ("DAC decoder 1 s", "HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames", "Mimi decoder 25 frames"),

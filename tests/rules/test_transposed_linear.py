@@ -51,6 +51,20 @@ def test_declines_few_rows_narrow_weights_and_dynamic_rows():
     assert not decision.applied and "dynamic shape" in decision.reason
 
 
+def test_a_wide_convolution_of_16_steps_becomes_windows_and_a_weight_first_linear():
+    conv = nn.Conv1d(512, 512, 7)  # 7.3 MB of weights, past a 2 MB L2: pocket-tts's decoder's first
+    x = torch.randn(1, 512, 22)
+    ep = export(conv, x)
+    decisions = phaseconv.explain(ep, TARGET_RULES["x86-avx512"])
+    assert {"short_conv", "transposed_linear"} <= {d.rule for d in decisions if d.applied}, decisions
+    rewritten = phaseconv.rewrite(ep, TARGET_RULES["x86-avx512"])
+    summary, _ = assert_one_partition_matching(rewritten, ep, x)
+    assert summary.inside.get("XNNFullyConnected") == 1, summary
+    small = export(nn.Conv1d(128, 128, 3), torch.randn(1, 128, 18))
+    (decision,) = decisions_of("short_conv", small, TARGET_RULES["x86-avx512"])
+    assert not decision.applied and "they stay in cache" in decision.reason
+
+
 def test_only_the_avx512_target_takes_it():
     assert "transposed_linear" in {r.name for r in TARGET_RULES["x86-avx512"]}
     assert "transposed_linear" not in {r.name for r in TARGET_RULES["any"]}

@@ -64,15 +64,21 @@ LOWERING_RULES: tuple[Rule, ...] = tuple(
 AS_GEMMS = (WinogradRule(), Im2colRule())
 # 128 channels in and out up to 128x128 outputs, 256 beyond (phaseconv.targets)
 AVX512_WINOGRAD = WinogradRule(min_channels=128, square_only=True, large_outputs=128 * 128, min_large_channels=256)
+# 1-D convolutions of 8-128 output steps, weights beyond the L2 and windows within it as windows and a
+# weight-first linear
+AVX512_SHORT_CONV = ShortConvRule(min_outputs=8, max_outputs=128, min_weight_bytes=2**21, max_window_bytes=2**20)
 TARGET_RULES: dict[str, tuple[Rule, ...]] = {
     "any": LOWERING_RULES,
     "x86-fma3": tuple(
         r for rule in LOWERING_RULES for r in ((*AS_GEMMS, rule) if rule.name == "split_conv" else (rule,))
     ),
     # ... for AVX-512, where only wide stride-1 3x3 (and 2x2) convolutions paid as Winograd's GEMMs, and
-    # linears of 8 to 128 rows with their weight first (XNNPACK's 7-row tiles: rules/transposed_linear.py)
+    # linears of 8 to 128 rows with their weight first (XNNPACK's 7-row tiles: rules/transposed_linear.py),
+    # large-weight 1-D convolutions of so many steps too, as windows and a linear (rules/short_conv.py)
     "x86-avx512": tuple(
-        r for rule in LOWERING_RULES for r in ((AVX512_WINOGRAD, rule) if rule.name == "split_conv" else (rule,))
+        r
+        for rule in LOWERING_RULES
+        for r in {"split_conv": (AVX512_WINOGRAD, rule), "lift_1d": (AVX512_SHORT_CONV, rule)}.get(rule.name, (rule,))
     )
     + (TransposedLinearRule(),),
 }

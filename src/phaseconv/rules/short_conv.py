@@ -10,7 +10,7 @@ the windows (one slice per tap, concatenated on channels, T on the last axis) tr
 layer (ONNX: a MatMul with a constant weight, and the bias), transposed back. The products are the
 same; only the order of the sum changes (float rounding).
 
-For ONNX Runtime (`export_onnx`), not XNNPACK: ORT's Conv is a GEMM with the weight as its left
+For ONNX Runtime (`export_onnx`) at up to 4 outputs: ORT's Conv is a GEMM with the weight as its left
 operand and the T output positions as its columns, and takes about as long for 2 outputs as for 16
 (below); its MatMul streams the weight, packed once, past T rows, in time that grows with T.
 A decoder run on one frame has such convolutions: Mimi's first after its transformer (2 steps,
@@ -20,10 +20,24 @@ steps, 4096 x 1024 x 2, 33.5 MB). That convolution alone at 1 / 2 / 4 / 8 / 16 o
 1.52 / 1.24, 2.28 / 1.56, 2.27 / 1.76, 2.31 / 2.40, 2.27 / 3.19; 2 threads 1.43 / 1.41, 1.87 / 1.34,
 1.90 / 1.70, 1.83 / 1.82, 2.06 / 2.46: hence at most 4 outputs. XNNPACK runs a convolution with the
 output positions as the GEMM's rows already.
+
+For XNNPACK on AVX-512 (`x86-avx512`) at 8 to 128 outputs with a weight larger than the core's L2
+(2 MB here) and windows within 1 MB: XNNPACK's convolution tiles its output positions by 7 and streams
+the whole weight past each tile (rules/transposed_linear.py, which then takes the linear this emits,
+weight first, and re-reads the windows from cache instead). pocket-tts's decoder step, ms per frame
+interleaved, 1 thread, an Intel Xeon: 8.29 as lowered for x86-avx512 before, 7.84 with every
+convolution of 8-128 outputs so, 7.47 with those of 1 MB of weights or more, 7.44 with those of 4 MB or
+more (its 512 x 512 x 7 at 16 steps and 1536 x 512 x 2 at 17; the 128- and 256-channel ones at 96
+steps lost). Vocos's iSTFT (256 x 1026 x 4 at 97 steps: 1.6 MB of windows, re-read per 7 of its 256
+rows) lost, 20.5 -> 21.8 ms, hence the window limit. With both limits, with and without this
+(`python benchmarks/variants.py --only "(short_conv)"`, results/xeon/variants.json): pocket-tts's step
+7.99 -> 7.48 ms, EnCodec 45.9 -> 43.9, DAC 326.5 -> 320.9, Mimi on 25 frames 86.6 -> 85.3; the others
+untouched.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -57,8 +71,11 @@ class ShortConvRule:
     name = "short_conv"
     stage = 3  # after padded_taps (2), which leaves fewer taps, and the polyphase convolutions (1)
 
-    def __init__(self, max_outputs: int = MAX_OUTPUTS):
-        self.max_outputs = max_outputs
+    def __init__(
+        self, max_outputs: int = MAX_OUTPUTS, min_outputs: int = 1, min_weight_bytes: int = 0, max_window_bytes=math.inf
+    ):
+        self.min_outputs, self.max_outputs = min_outputs, max_outputs
+        self.min_weight_bytes, self.max_window_bytes = min_weight_bytes, max_window_bytes
 
     def matches(self, node: Node) -> bool:
         return (
@@ -81,10 +98,16 @@ class ShortConvRule:
         if not all(isinstance(n, int) for n in (*x.shape, *value.shape)):
             return Skip("a dynamic size: the number of outputs must be known to be small")
         outputs = value.shape[-1]
-        if outputs > self.max_outputs:
-            return Skip(
-                f"{outputs} outputs: from 8 on ONNX Runtime's Conv is as fast as the MatMul or faster (measured)"
-            )
+        if not self.min_outputs <= outputs <= self.max_outputs:
+            return Skip(f"{outputs} outputs: the windows' product paid from {self.min_outputs} to {self.max_outputs}")
+        weight_bytes = node.args[1].meta["val"].numel() * 4
+        if weight_bytes < self.min_weight_bytes:
+            limit = self.min_weight_bytes / 1e6
+            return Skip(f"{weight_bytes / 1e6:.2f} MB of weights: under {limit:.1f} MB they stay in cache")
+        window_bytes = outputs * node.args[1].meta["val"][0].numel() * 4
+        if window_bytes > self.max_window_bytes:
+            limit = self.max_window_bytes / 1e6
+            return Skip(f"{window_bytes / 1e6:.2f} MB of windows: over {limit:.1f} MB they leave the cache")
         if value.dtype != torch.float32:
             return Skip(f"{value.dtype} convolution: measured for float32")
         constants = [node.args[1]] + ([node.args[2]] if len(node.args) > 2 and node.args[2] is not None else [])

@@ -44,7 +44,7 @@ class TransposedLinearRule:
     """linear(x, W, b) of min_rows..max_rows rows -> linear(W, x as [M, K]) transposed, + b."""
 
     name = "transposed_linear"
-    stage = 3  # after the rules that make linear layers (layer_norm, lstm, constant_operands)
+    stage = 4  # after the rules that make linear layers (layer_norm, lstm, constant_operands, short_conv)
 
     def __init__(self, min_rows: int = MIN_ROWS, max_rows: int = MAX_ROWS):
         self.min_rows, self.max_rows = min_rows, max_rows
