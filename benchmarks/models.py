@@ -221,15 +221,15 @@ def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = F
     if "stock, prepared" not in loaded:  # e.g. a partitioner failure: compare with folding alone
         lower_and_run("stock, constants folded", phaseconv.rewrite(ep, ["fold_constants"]))
     network, tail = case.split_for_stock(module) if case.split_for_stock else (None, None)
-    if network is not None and not any(name in loaded for name in BASELINES):
-        network_ep = torch.export.export(network, inputs)
+    network_ep = None if network is None else torch.export.export(network, inputs)
+    if network_ep is not None and not any(name in loaded for name in BASELINES):
         lower_and_run(ISTFT_IN_PYTORCH, network_ep, tail)
     for exports, session in peer_exports(litert):  # the peers, same threads
         for name, export in exports.items():
             try:
                 loaded[name] = session(export(ep), threads)
             except Exception as error:
-                if network is None:
+                if network_ep is None:
                     raise
                 failures[name] = f"export: {_first_line(error)}"
                 loaded[name] = WithTail(session(export(network_ep), threads), tail)
