@@ -51,3 +51,13 @@ def test_declines_with_a_reason():
     ep = export(nn.GroupNorm(2, 4), torch.randn(1, 4, 2, 3, 3))
     (decision,) = decisions_of("group_norm", ep)
     assert not decision.applied and "a 5-D input" in decision.reason
+
+
+def test_the_affine_is_one_product_over_x():
+    """rsqrt(var + eps) * w on [N, C] values first: over x only the square and the scale."""
+    x = torch.randn(1, 32, 9, 7)
+    rewritten = phaseconv.rewrite(export(ConvNormAct(2, 32, 8), x))
+    full = [
+        n for n in rewritten.graph.nodes if n.target == aten.mul.Tensor and tuple(n.meta["val"].shape) == (1, 32, 9, 7)
+    ]
+    assert len(full) == 2, [n.args for n in full]

@@ -4,12 +4,13 @@
 For x [N, C, *S] in G groups of C/G channels, per group g and with m_c the mean of channel c over S:
 
     mean_g = avg_{c in g} m_c                    var_g = avg_{c in g} avg_S (x_c - mean_g)^2
-    y_c = (x_c - mean_g) * rsqrt(var_g + eps) * w_c + b_c
+    y_c = (x_c - mean_g) * (rsqrt(var_g + eps) * w_c) + b_c
 
-Two passes, as PyTorch's kernel computes it. The spatial averages are XNNPACK's global average
-pooling (4-D) or a fully connected layer of weight 1/T (3-D); the group averages act on [N, C] values
-only: a view to [N, G, C/G], a fully connected average, and a product with ones to give each channel
-its group's value back.
+Two passes for the statistics; the scale rsqrt * w is taken on [N, C] values first, as PyTorch's
+kernel does, so the affine is one product and one sum over x. The spatial averages are XNNPACK's
+global average pooling (4-D) or a fully connected layer of weight 1/T (3-D); the group averages act
+on [N, C] values only: a view to [N, G, C/G], a fully connected average, and a product with ones to
+give each channel its group's value back.
 """
 
 from __future__ import annotations
@@ -94,15 +95,15 @@ class GroupNormRule:
         squared = editor.emit(anchor, aten.mul.Tensor, centered, centered)
         variance = group_mean(spatial_mean(squared))
         variance = editor.emit(anchor, aten.add.Tensor, variance, editor.scalar_constant(plan.eps, variance))
-        y = editor.emit(anchor, aten.mul.Tensor, centered, editor.emit(anchor, aten.rsqrt.default, variance))
+        scale = editor.emit(anchor, aten.rsqrt.default, variance)
 
         def per_channel(t: torch.Tensor) -> torch.Tensor:
             return t.reshape([1, channels] + [1] * (len(shape) - 2))
 
-        if plan.weight is not None:
-            y = editor.emit(
-                anchor, aten.mul.Tensor, y, editor.derived_constant(plan.weight, "per_channel", per_channel)
-            )
+        if plan.weight is not None:  # on [N, C] values, then one pass over x
+            weight = editor.derived_constant(plan.weight, "per_channel", per_channel)
+            scale = editor.emit(anchor, aten.mul.Tensor, scale, weight)
+        y = editor.emit(anchor, aten.mul.Tensor, centered, scale)
         if plan.bias is not None:
             y = editor.emit(anchor, aten.add.Tensor, y, editor.derived_constant(plan.bias, "per_channel", per_channel))
         editor.replace([node] if anchor is node else [node, anchor], y)
