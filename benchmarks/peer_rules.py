@@ -76,7 +76,8 @@ def measure(case, runs: int, threads: int, runtime: str = "onnx", alone: bool = 
         variants[f"export rules for {host_target()}"] = phaseconv.rewrite(ep, target_rules)
     if threads == 1 and alone:  # the rules one by one (see above for 2 threads)
         variants["all rules"] = phaseconv.rewrite(ep)
-        variants |= {f"{rule} alone": phaseconv.rewrite(ep, [rule]) for rule in applied}
+        in_export = {rule.name: rule for rule in target_rules}  # a rule alone in the form the export takes
+        variants |= {f"{rule} alone": phaseconv.rewrite(ep, [in_export.get(rule, rule)]) for rule in applied}
     sessions, errors, failures = {}, {}, {}
     for variant, program in variants.items():  # a conversion that fails is recorded, not the end of the run
         try:

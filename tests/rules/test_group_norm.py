@@ -41,6 +41,18 @@ def test_group_norm_is_delegated_and_exact(dims, channels, groups, affine):
     assert_one_partition_matching(rewritten, ep, x)
 
 
+def test_averages_as_mean_are_exact_too():
+    """The form export_litert takes: group (and 1-D time) averages by mean instead of a linear."""
+    from phaseconv.rules.group_norm import GroupNormRule
+
+    for dims in (1, 2):
+        x = torch.randn(1, 32, *([9, 7] if dims == 2 else [40]))
+        ep = export(ConvNormAct(dims, 32, 8), x)
+        rewritten = phaseconv.rewrite(ep, [GroupNormRule(averages_as_linear=False)])
+        assert aten.linear.default not in {n.target for n in rewritten.graph.nodes}
+        assert_close(run(rewritten, x), run(ep, x))
+
+
 def test_batch_of_two():
     x = torch.randn(2, 16, 5, 5)
     ep = export(ConvNormAct(2, 16, 4), x)

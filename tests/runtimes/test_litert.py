@@ -152,3 +152,18 @@ def test_int64_inputs_are_given_as_the_int32_litert_torch_makes_them():
         assert_close(out, table(codes))
     with pytest.raises(PhaseconvError, match="does not fit the LiteRT model's int32"):
         session.run((torch.tensor([[1, 5, 2**40]]),))
+
+
+@pytest.mark.parametrize("dims", [2, 1])
+def test_group_norm_with_mean_averages_converts_and_runs_like_eager(dims):
+    """litert-torch converts no linear over [N, G, C/G]: export_litert's group_norm averages by mean."""
+    from phaseconv.rules.group_norm import GroupNormRule
+    from tests.rules.test_group_norm import ConvNormAct
+
+    x = torch.randn(1, 32, *([9, 7] if dims == 2 else [40]))
+    module = ConvNormAct(dims, 32, 8).eval()
+    model, decisions = phaseconv.export_litert(export(module, x), rules=[GroupNormRule(averages_as_linear=False)])
+    assert any(d.rule == "group_norm" and d.applied for d in decisions), decisions
+    with torch.no_grad():
+        expected = module(x)
+    assert_close(LiteRTSession(model).run((x,))[0], expected, scale=float(expected.abs().max()))

@@ -48,7 +48,15 @@ def _arguments(node: Node) -> tuple[int, Node | None, Node | None, float]:
 
 
 class GroupNormRule:
+    """`averages_as_linear`: the averages over a last dimension (the groups', a 1-D norm's over time)
+    as a fully connected layer of weight 1/n, which XNNPACK runs (its mean averages only the inner
+    dimensions of 4-D tensors); False: as `mean` (LiteRT: litert-torch converts no linear over
+    [N, G, C/G])."""
+
     name = "group_norm"
+
+    def __init__(self, averages_as_linear: bool = True):
+        self.averages_as_linear = averages_as_linear
 
     def matches(self, node: Node) -> bool:
         return node.op == "call_function" and node.target in (aten.group_norm.default, aten.native_group_norm.default)
@@ -77,18 +85,23 @@ class GroupNormRule:
         batch, channels = shape[:2]
         per_group = channels // plan.groups
 
+        def average(t: Node, key: str) -> Node:
+            """The mean over t's last dimension, kept as size 1."""
+            if self.averages_as_linear:
+                return last_dim_mean(editor, anchor, t, key)
+            return editor.emit(anchor, aten.mean.dim, t, [-1], True)
+
         def spatial_mean(t: Node) -> Node:
             if len(shape) == 4:  # XNNPACK's global average pooling
                 return editor.emit(anchor, aten.mean.dim, t, [-2, -1], True)
-            return last_dim_mean(editor, anchor, t, f"{node.name}_time")
+            return average(t, f"{node.name}_time")
 
         ones = editor.new_constant(torch.ones(1, 1, per_group, dtype=x.meta["val"].dtype), f"{node.name}_spread")
 
         def group_mean(per_channel: Node) -> Node:
             """[N, C, 1(, 1)] channel averages -> each channel's group average, same shape."""
             grouped = editor.emit(anchor, aten.view.default, per_channel, [batch, plan.groups, per_group])
-            average = last_dim_mean(editor, anchor, grouped, f"{node.name}_group")
-            spread = editor.emit(anchor, aten.mul.Tensor, average, ones)
+            spread = editor.emit(anchor, aten.mul.Tensor, average(grouped, f"{node.name}_group"), ones)
             return editor.emit(anchor, aten.view.default, spread, [batch, channels] + [1] * (len(shape) - 2))
 
         centered = editor.emit(anchor, aten.sub.Tensor, x, group_mean(spatial_mean(x)))
