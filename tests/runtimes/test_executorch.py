@@ -102,3 +102,29 @@ def test_causal_upsampler_single_frame():
     assert decision.applied, "a trimmed single step reads no padding-only block"
     summary, (out,) = lower_and_run(phaseconv.rewrite(ep), x)
     assert_close(out, run(ep, x))
+
+
+class SharedConstant(torch.nn.Module):
+    """Two linears reading one tensor constant (as phaseconv's layer-norm averages are)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.randn(16, 16)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(torch.relu(torch.nn.functional.linear(x, self.w)), self.w)
+
+
+def test_lowering_leaves_the_program_as_it_was():
+    """The stock lowering takes such a constant out of the program it is given; phaseconv lowers a
+    copy, so the same program lowers again, stock or rewritten, and runs alike."""
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+
+    x = torch.randn(4, 16)
+    ep = export(SharedConstant(), x)
+    first = LoadedProgram(to_xnnpack(ep).buffer).run((x,))[0]
+    second = LoadedProgram(to_xnnpack(ep).buffer).run((x,))[0]
+    assert torch.equal(first, second)
+    phaseconv.lower(ep, rewrite=False)
+    (out,) = LoadedProgram(phaseconv.lower(ep).buffer).run((x,))
+    assert_close(out, run(ep, x))

@@ -105,7 +105,11 @@ def to_xnnpack(
     without XNNPACK's weight cache: a weight several linears read reaches them at run time
     (SharedWeightAtRunTimeConfig), one copy in memory instead of one per operator, packed per call.
     """
-    programs = ep if isinstance(ep, dict) else {"forward": ep}
+    # copies: the stock lowering takes a tensor constant that several delegated ops read out of the
+    # program it is given, which then neither lowers nor runs again (KeyError on the constant)
+    programs = {
+        name: copy_program(program) for name, program in (ep if isinstance(ep, dict) else {"forward": ep}).items()
+    }
     if external_constants:
         programs = {name: _tag_constants_external(program) for name, program in programs.items()}
     configs = partitioner_configs(xnnpack_elu, weight_cache)
@@ -152,7 +156,6 @@ def external_data(manager: ExecutorchProgramManager) -> dict[str, bytes]:
 
 
 def _tag_constants_external(ep: ExportedProgram) -> ExportedProgram:
-    ep = copy_program(ep)
     constants = {
         spec.arg.name
         for spec in ep.graph_signature.input_specs
