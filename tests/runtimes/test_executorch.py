@@ -128,3 +128,36 @@ def test_lowering_leaves_the_program_as_it_was():
     phaseconv.lower(ep, rewrite=False)
     (out,) = LoadedProgram(phaseconv.lower(ep).buffer).run((x,))
     assert_close(out, run(ep, x))
+
+
+class Accumulate(torch.nn.Module):
+    """A state that one method adds to and another puts back to its start."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.register_buffer("state", torch.full((size,), 7.0))
+
+    def forward(self, x):
+        total = self.state + x
+        self.state.copy_(total)
+        return total
+
+
+class Restart(Accumulate):
+    def forward(self):
+        self.state.copy_(torch.full_like(self.state, 7.0))
+        return torch.zeros(1)
+
+
+def test_methods_that_share_a_state_start_from_its_value_held_once_in_the_file():
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+
+    size, x = 250_000, torch.ones(250_000)
+    one = to_xnnpack(export(Accumulate(size), x)).buffer
+    both = to_xnnpack({"add": export(Accumulate(size), x), "restart": export(Restart(size))}).buffer
+    assert len(both) < len(one) + size * 4 / 2  # one initial value (1 MB), not one per method
+    program = LoadedProgram(both)
+    assert torch.equal(program.run((x,), "add")[0], torch.full((size,), 8.0))
+    assert torch.equal(program.run((x,), "add")[0], torch.full((size,), 9.0))
+    program.run((), "restart")
+    assert torch.equal(program.run((x,), "add")[0], torch.full((size,), 8.0))
