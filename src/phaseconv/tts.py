@@ -30,7 +30,7 @@ METHODS = (
     "encode_voice",
     "reset_encoder",
     "prompt",
-    "generate",
+    "generate_0",  # and generate_1, ...: one per block of the cache (generate below)
     "clear_cache",
     "decode",
     "reset_decoder",
@@ -108,6 +108,11 @@ class SpeechProgram:
                 "(make one with `phaseconv lower pocket-tts-tts:CONFIG`)"
             )
         self.settings = json.loads(self.program.run((), "settings")[0])
+
+    def generate(self, latent: torch.Tensor, start: torch.Tensor, noise: torch.Tensor, position: int) -> list:
+        """One frame at `position`, by the method of the cache block it falls in."""
+        method = f"generate_{position // self.settings['cache_block']}"
+        return self.program.run((latent, start, noise, torch.tensor([position])), method)
 
     def __getattr__(self, method: str) -> Callable:
         if method not in METHODS:
@@ -260,7 +265,7 @@ class Speaker:
         eos_frame = None
         for step in range(min(limit, room)):
             begin = time.perf_counter()
-            latent, eos_logit = self.program.generate(latent, start_flag, self.noise(), torch.tensor([first + step]))
+            latent, eos_logit = self.program.generate(latent, start_flag, self.noise(), first + step)
             report.lm_ms.append((time.perf_counter() - begin) * 1e3)
             if (
                 float(eos_logit) > settings["eos_threshold"]
@@ -310,6 +315,7 @@ class DecoderProcess:
 
     def __init__(self, path: Path, threads: int = 1):
         import multiprocessing
+        import threading
 
         context = multiprocessing.get_context("spawn")  # a fresh runtime: its thread pool sized before a load
         self.connection, child = context.Pipe()
@@ -318,22 +324,24 @@ class DecoderProcess:
         child.close()
         if self.connection.recv() != "ready":
             raise PhaseconvError(f"the decoder process could not load {path}")
+        self.pending, self.done, self.receiver = 0, threading.Condition(), None
 
     def start(self, deliver: Callable[[torch.Tensor, bool, float], None]) -> None:
+        """Each frame decoded from here on goes to `deliver` (one receiving thread for every utterance)."""
         import threading
 
-        self.pending = 0
-        self.done = threading.Condition()
-        self.receiver = threading.Thread(target=self._receive, args=(deliver,), daemon=True)
-        self.receiver.start()
+        self.deliver = deliver
+        if self.receiver is None:
+            self.receiver = threading.Thread(target=self._receive, daemon=True)
+            self.receiver.start()
 
-    def _receive(self, deliver) -> None:
+    def _receive(self) -> None:
         while True:
             message = self.connection.recv()
             if message is None:
                 return
             pcm, first_of_chunk, decode_ms = message
-            deliver(torch.from_numpy(pcm), first_of_chunk, decode_ms)
+            self.deliver(torch.from_numpy(pcm), first_of_chunk, decode_ms)
             with self.done:
                 self.pending -= 1
                 self.done.notify()
@@ -354,7 +362,8 @@ class DecoderProcess:
 
     def close(self) -> None:
         self.connection.send(("stop", None, False))
-        self.receiver.join()
+        if self.receiver is not None:
+            self.receiver.join()
         self.process.join()
 
 

@@ -6,9 +6,11 @@ import torch
 
 from phaseconv.models.pocket_tts.language_model import (
     MASKED,
+    SPILL,
     Generate,
     Prompt,
     attention_masks,
+    block_sizes,
     quantize_linears,
     with_cache,
 )
@@ -54,15 +56,17 @@ def test_steps_give_pocket_tts_latents(config):
     tokens = torch.randint(0, 4000, (1, 9), generator=torch.Generator().manual_seed(1))
     expected = pocket_tts_frames(tts, conditioning, tokens, FRAMES)
 
-    flow_lm = with_cache(tts.flow_lm, capacity=64)
-    prompt, generate = Prompt(flow_lm), Generate(flow_lm)
+    # blocks of 8 positions (the last one of 4): the prompts span several, the frames cross into new ones
+    flow_lm = with_cache(tts.flow_lm, capacity=36, block=8)
+    prompt, generate = Prompt(flow_lm), [Generate(flow_lm, block) for block in range(5)]
     voice, text = conditioning.shape[1], tokens.shape[1]
     prompt(conditioning, torch.arange(voice))
     prompt(EmbedText(tts)(tokens), torch.arange(voice, voice + text))
     latent, start = torch.zeros(1, 1, flow_lm.ldim), torch.ones(1)
     for step, (wanted, eos) in enumerate(expected):
-        position = torch.tensor([voice + text + step])
-        latent, eos_logit = generate(latent, start, torch.zeros(1, flow_lm.ldim), position)
+        position = voice + text + step
+        noise = torch.zeros(1, flow_lm.ldim)
+        latent, eos_logit = generate[position // 8](latent, start, noise, torch.tensor([position]))
         start = torch.zeros(1)
         torch.testing.assert_close(latent, wanted, rtol=1e-4, atol=1e-5)
         assert bool(eos_logit > tts.eos_threshold) == bool(eos)
@@ -93,10 +97,14 @@ def test_each_reset_writes_the_state_its_methods_write_under_the_same_names():
 def test_masks_follow_pocket_tts_rule():
     """A token at position p attends to the keys at positions <= p: cached slots before the call's first
     position, and its own and earlier keys of the call."""
-    cached, own = attention_masks(torch.tensor([3.0]), steps=3, capacity=6)
+    cached, own = attention_masks(torch.tensor([3.0]), steps=3, slots=torch.tensor([0.0, 1, 2, 3, 4, 5, SPILL]))
     masked = float(torch.tensor(MASKED))
-    assert cached.tolist() == [[0, 0, 0, masked, masked, masked]]
+    assert cached.tolist() == [[0, 0, 0, masked, masked, masked, masked]]
     assert own.tolist() == [[0, masked, masked], [0, 0, masked], [0, 0, 0]]
+
+
+def test_cache_blocks_cover_the_capacity():
+    assert block_sizes(384, 64) == [64] * 6 and block_sizes(36, 8) == [8, 8, 8, 8, 4] and block_sizes(16, 64) == [16]
 
 
 def test_quantization_covers_the_transformer_and_the_flow_head():

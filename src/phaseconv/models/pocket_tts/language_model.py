@@ -3,16 +3,19 @@
 pocket-tts generates one latent frame per call of `FlowLMModel`: its transformer appends the
 step's keys and values to a cache that grows with the utterance (`complete_kv`, an offset read
 with `.item()`), then a flow head turns the last hidden state and Gaussian noise into the next
-latent, and a linear layer gives the end-of-speech logit. Here the cache has a fixed capacity and
-the caller names the positions of each call's tokens:
+latent, and a linear layer gives the end-of-speech logit. Here the cache has a fixed capacity, in
+blocks of 64 positions, and the caller names the positions of each call's tokens:
 
     prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D]         (voice or text conditioning)
-    generate(latent, start, noise, positions [1]) -> (latent, eos_logit)  (one frame)
+    Generate(flow_lm, block b): (latent, start, noise, positions [1]) -> (latent, eos_logit)
+                                                           (one frame at a position in block b)
 
 `CachedAttention` replaces `StreamingMultiheadAttention`: the same projections and RoPE, and the
 same mask rule (a token at position p sees the keys at positions <= p), over the cache's slots
 before the call's first position and over the call's own keys. The cache is read where it lies
-(two matrix products each, no copy of it) and written after, at `positions`.
+(two matrix products per block, no copy of it) and written after, at `positions`. A frame reads
+only the blocks up to its own, so its attention costs what the utterance so far holds, not the
+capacity; a prompt reads every block.
 """
 
 from __future__ import annotations
@@ -28,32 +31,54 @@ from phaseconv.errors import PhaseconvError
 # Added to the scores of masked keys: exp(score - 1e30 - max) is exactly 0 in float32, as with -inf,
 # and 0 * NEG stays 0 where -inf would make NaN.
 MASKED = -1e30
+# Positions per block of the KV cache. Measured (8 layers, 8 heads of 64, 1 thread): the cache's
+# attention products over 384 positions took 0.64 ms as one product each, 0.07 ms over 64.
+CACHE_BLOCK = 64
 
 
-def attention_masks(first: torch.Tensor, steps: int, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Additive masks of `steps` tokens at positions first, first + 1, ... over the cache's slots
-    [1, capacity] and over their own keys [steps, steps]:
+def attention_masks(first: torch.Tensor, steps: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Additive masks of `steps` tokens at positions first, first + 1, ... over cache slots that hold
+    the positions `slots` [S] (float) [1, S] and over their own keys [steps, steps]:
 
-        cached slot j: attended iff j < first          own key i by query r: attended iff i <= r
+        cached slot j: attended iff slots[j] < first          own key i by query r: attended iff i <= r
     """
-    slots, own = torch.arange(capacity, dtype=torch.float32), torch.arange(steps, dtype=torch.float32)
+    own = torch.arange(steps, dtype=torch.float32)
     return (slots - first + 1).clamp(0, 1)[None] * MASKED, (own[None] - own[:, None]).clamp(0, 1) * MASKED
 
 
-class CachedAttention(nn.Module):
-    """pocket-tts's StreamingMultiheadAttention over a KV cache of `capacity` positions.
+def block_sizes(capacity: int, block: int) -> list[int]:
+    """The cache's positions in blocks of `block` (the last one shorter when `block` does not divide)."""
+    return [min(block, capacity - start) for start in range(0, capacity, block)]
 
-    State: `keys` [H_kv, D, capacity] (transposed: scores are q @ keys) and `values`
-    [H_kv, capacity, D]. Grouped-query attention reads each key/value head once: the g query heads
+
+# The position a block's spill slot holds for the masks: past any other, so never attended.
+SPILL = float(2**24)
+
+
+class CachedAttention(nn.Module):
+    """pocket-tts's StreamingMultiheadAttention over a KV cache of `capacity` positions, kept in blocks
+    of `block` positions.
+
+    State, per block b: `keys_b` [H_kv, D, size + 1] (transposed: scores are q @ keys) and `values_b`
+    [H_kv, size + 1, D]; the last slot is the block's spill slot, never attended, where a prompt
+    writes the tokens that fall in other blocks (index_copy_ writes every token somewhere). A call
+    reads the first `call["blocks"]` blocks, a product per block: blocks past its position hold
+    nothing it attends to. Grouped-query attention reads each key/value head once: the g query heads
     that share it are stacked as rows of one product.
     """
 
-    def __init__(self, attention: nn.Module, capacity: int):
+    def __init__(self, attention: nn.Module, capacity: int, block: int):
         super().__init__()
         self.attention = attention
+        self.sizes = block_sizes(capacity, block)
         heads, width = attention.num_kv_heads, attention.dim_per_head
-        self.register_buffer("keys", torch.zeros(heads, width, capacity))
-        self.register_buffer("values", torch.zeros(heads, capacity, width))
+        for number, size in enumerate(self.sizes):
+            self.register_buffer(f"keys_{number}", torch.zeros(heads, width, size + 1))
+            self.register_buffer(f"values_{number}", torch.zeros(heads, size + 1, width))
+
+    def blocks(self, kind: str, count: int | None = None) -> list[torch.Tensor]:
+        """The first `count` blocks (default: all) of the keys or the values."""
+        return [self.get_buffer(f"{kind}_{number}") for number in range(len(self.sizes) if count is None else count)]
 
     def forward(self, query: torch.Tensor, call: dict, attn_mask=None) -> torch.Tensor:
         a = self.attention
@@ -67,27 +92,31 @@ class CachedAttention(nn.Module):
         q = q[0].view(t, kv_heads, group, d).permute(1, 2, 0, 3).reshape(kv_heads, group * t, d) * d**-0.5
         new_keys = k[0].permute(1, 2, 0)  # [H_kv, D, T]
         new_values = v[0].permute(1, 0, 2)  # [H_kv, T, D]
-        capacity = self.keys.shape[-1]
+        keys, values = self.blocks("keys", call["blocks"]), self.blocks("values", call["blocks"])
         cached_mask, own_mask = call["masks"]
         own_mask = torch.cat([own_mask] * group) if group > 1 else own_mask  # each query head's rows
-        scores = torch.cat([torch.bmm(q, self.keys) + cached_mask, torch.bmm(q, new_keys) + own_mask], dim=-1)
-        cached, own = torch.softmax(scores, dim=-1).split([capacity, t], dim=-1)
-        x = torch.bmm(cached, self.values) + torch.bmm(own, new_values)
-        self.keys.index_copy_(2, call["positions"], new_keys)
-        self.values.index_copy_(1, call["positions"], new_values)
+        cached = [torch.bmm(q, block) for block in keys]
+        cached = (torch.cat(cached, dim=-1) if len(cached) > 1 else cached[0]) + cached_mask
+        scores = torch.cat([cached, torch.bmm(q, new_keys) + own_mask], dim=-1)
+        weights = torch.softmax(scores, dim=-1).split([block.shape[-1] for block in keys] + [t], dim=-1)
+        x = functools.reduce(torch.add, [torch.bmm(w, block) for w, block in zip(weights, [*values, new_values])])
+        for number, places in call["writes"].items():
+            self.get_buffer(f"keys_{number}").index_copy_(2, places, new_keys)
+            self.get_buffer(f"values_{number}").index_copy_(1, places, new_values)
         x = x.view(kv_heads, group, t, d).permute(2, 0, 1, 3).reshape(1, t, a.num_heads * d)
         return a.out_proj(x)
 
 
-def with_cache(flow_lm: nn.Module, capacity: int) -> nn.Module:
-    """A copy of pocket-tts's FlowLMModel whose attention layers keep a cache of `capacity` positions."""
+def with_cache(flow_lm: nn.Module, capacity: int, block: int = CACHE_BLOCK) -> nn.Module:
+    """A copy of pocket-tts's FlowLMModel whose attention layers keep a cache of `capacity` positions
+    in blocks of `block`."""
     from pocket_tts.modules.attention import StreamingMultiheadAttention
 
     flow_lm = _without_tokenizer_copy(flow_lm)
     for layer in flow_lm.transformer.layers:
         if not isinstance(layer.self_attn, StreamingMultiheadAttention):
             raise PhaseconvError(f"unexpected attention {type(layer.self_attn).__name__} in the flow LM")
-        layer.self_attn = CachedAttention(layer.self_attn, capacity)
+        layer.self_attn = CachedAttention(layer.self_attn, capacity, block)
     return flow_lm.eval()
 
 
@@ -135,14 +164,36 @@ def quantize_linears(flow_lm: nn.Module, scheme: str) -> None:
         quantize_(flow_lm, config, filter_fn=chosen)
 
 
-def _call(positions: torch.Tensor, steps: int, capacity: int) -> dict:
-    """What every layer reads for a call: the first position (RoPE's offset), the mask, where to write."""
+def _call(positions: torch.Tensor, steps: int, sizes: list[int], blocks: int, write: int | None) -> dict:
+    """What every layer reads for a call: the first position (RoPE's offset), the cache blocks read
+    and the mask over them, and where to write the call's keys and values: {block: slots}, into the
+    block `write` (which holds all the positions), or into every block (None), its spill slot
+    taking the positions that fall in other blocks."""
     first = positions[:1].to(torch.float32)
-    return {"first": first, "masks": attention_masks(first, steps, capacity), "positions": positions}
+    starts = [sum(sizes[:number]) for number in range(len(sizes))]
+    slots = torch.tensor(
+        [p for start, size in zip(starts, sizes) for p in [*range(start, start + size), SPILL]][
+            : sum(size + 1 for size in sizes[:blocks])
+        ],
+        dtype=torch.float32,
+    )
+    if write is not None:
+        writes = {write: positions - starts[write] if starts[write] else positions}
+    else:
+        writes = {}
+        for number, (start, size) in enumerate(zip(starts, sizes)):
+            places = positions - start
+            writes[number] = torch.where((places >= 0) & (places < size), places, size)
+    return {"first": first, "blocks": blocks, "masks": attention_masks(first, steps, slots), "writes": writes}
+
+
+def cache_blocks(flow_lm: nn.Module) -> list[int]:
+    """The sizes of the blocks that hold the cache's positions."""
+    return flow_lm.transformer.layers[0].self_attn.sizes
 
 
 def capacity_of(flow_lm: nn.Module) -> int:
-    return flow_lm.transformer.layers[0].self_attn.keys.shape[-1]
+    return sum(cache_blocks(flow_lm))
 
 
 class Prompt(nn.Module):
@@ -154,18 +205,21 @@ class Prompt(nn.Module):
         self.transformer, self.out_norm = flow_lm.transformer, flow_lm.out_norm
 
     def forward(self, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        capacity = self.transformer.layers[0].self_attn.keys.shape[-1]
-        hidden = self.transformer(embeddings, _call(positions, embeddings.shape[1], capacity))
-        return self.out_norm(hidden[:, -1])
+        sizes = self.transformer.layers[0].self_attn.sizes
+        # all blocks read; the tokens may fall in any (the only one when there is one)
+        call = _call(positions, embeddings.shape[1], sizes, len(sizes), 0 if len(sizes) == 1 else None)
+        return self.out_norm(self.transformer(embeddings, call)[:, -1])
 
 
 class Generate(nn.Module):
     """One frame of `FlowLMModel.forward` in generation: the previous latent (the learned BOS when
     `start` is 1) in, the next latent and the end-of-speech logit out; `noise` [1, ldim] is the flow's
-    starting point (zeros at temperature 0), drawn by the caller as pocket-tts draws it."""
+    starting point (zeros at temperature 0), drawn by the caller as pocket-tts draws it.
+    `block`: the cache block the frame's position falls in; the frame reads the blocks up to it."""
 
-    def __init__(self, flow_lm: nn.Module, decode_steps: int = 1):
+    def __init__(self, flow_lm: nn.Module, block: int, decode_steps: int = 1):
         super().__init__()
+        self.block = block
         from pocket_tts.models import flow_lm as module
 
         self.transformer, self.out_norm = flow_lm.transformer, flow_lm.out_norm
@@ -186,8 +240,8 @@ class Generate(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # pocket-tts marks the first frame with NaN and swaps in bos_emb; here a flag does (0 or 1)
         sequence = latent * (1 - start) + self.bos_emb * start
-        capacity = self.transformer.layers[0].self_attn.keys.shape[-1]
-        hidden = self.out_norm(self.transformer(self.input_linear(sequence), _call(positions, 1, capacity)))
+        call = _call(positions, 1, self.transformer.layers[0].self_attn.sizes, self.block + 1, self.block)
+        hidden = self.out_norm(self.transformer(self.input_linear(sequence), call))
         if self.z_proj is not None:
             hidden = self.z_proj(hidden)
         hidden = hidden[:, -1]
@@ -206,6 +260,6 @@ class ClearCache(nn.Module):
 
     def forward(self) -> torch.Tensor:
         for layer in self.transformer.layers:
-            for cache in (layer.self_attn.keys, layer.self_attn.values):
+            for cache in layer.self_attn.blocks("keys") + layer.self_attn.blocks("values"):
                 cache.copy_(torch.zeros_like(cache))
         return torch.zeros(1)

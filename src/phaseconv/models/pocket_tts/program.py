@@ -5,7 +5,8 @@
     encode_voice(audio [1, 1, 8 * frame]) -> [1, 8, D]           Mimi's encoder and the speaker
     reset_encoder() -> zero [1]                                    projection, 8 frames a call, streamed
     prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D] conditioning into the LM's cache
-    generate(latent, start, noise, positions [1]) -> (latent, eos_logit)   one 80 ms frame
+    generate_b(latent, start, noise, positions [1]) -> (latent, eos_logit)  one 80 ms frame, at a
+                                                                 position in the cache's block b
     clear_cache() -> zero [1]                                    the LM's cache to zeros
     decode(latent [1, 1, ldim]) -> pcm [1, 1, frame]             the Mimi decoder step
     reset_decoder() -> zero [1]                                  the decoder's state to its start
@@ -24,6 +25,7 @@ their state.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from pathlib import Path
 from unittest import mock
@@ -43,9 +45,11 @@ from phaseconv.models.pocket_tts.decoder import (
     config_names,
 )
 from phaseconv.models.pocket_tts.language_model import (
+    CACHE_BLOCK,
     ClearCache,
     Generate,
     Prompt,
+    cache_blocks,
     capacity_of,
     quantize_linears,
     with_cache,
@@ -212,6 +216,7 @@ def settings_of(tts: nn.Module, config: str, capacity: int) -> dict:
         "voice_frames_per_call": VOICE_FRAMES_PER_CALL,
         "config": config,
         "capacity": capacity,
+        "cache_block": CACHE_BLOCK,
         "max_text_tokens": MAX_TEXT_TOKENS,
         "n_bins": settings.flow_lm.lookup_table.n_bins,
         "latent_dim": tts.flow_lm.ldim,
@@ -247,15 +252,15 @@ def _fresh_mask_cache():
 RESETS = {
     "reset_encoder": ["encode_voice"],
     "reset_decoder": ["decode"],
-    "clear_cache": ["prompt", "generate"],
+    "clear_cache": ["prompt", "generate"],  # generate_0, generate_1, ...: one per cache block
 }
 
 
 def written_buffers(programs: dict[str, ExportedProgram], names: list[str]) -> set[str]:
-    """The buffers the named methods write in place (exported before decomposition, a write is
-    an in-place operator on the buffer's placeholder)."""
+    """The buffers the named methods (`name` or `name_...`) write in place (exported before
+    decomposition, a write is an in-place operator on the buffer's placeholder)."""
     written = set()
-    for name in names:
+    for name in [method for method in programs if any(method == n or method.startswith(f"{n}_") for n in names)]:
         buffers = programs[name].graph_signature.inputs_to_buffers
         for node in programs[name].graph.nodes:
             schema = getattr(node.target, "_schema", None)
@@ -276,7 +281,7 @@ def tts_programs(
     dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
     tokens = Dim("tokens", min=1, max=MAX_TEXT_TOKENS)
     positions = Dim("positions", min=1, max=capacity)
-    one, latent = torch.zeros(1), torch.zeros(1, 1, ldim)
+    one, latent, noise = torch.zeros(1), torch.zeros(1, 1, ldim), torch.zeros(1, ldim)
     methods = {
         "embed_text": (EmbedText(tts), (torch.zeros(1, 5, dtype=torch.long),), ({1: tokens},)),
         "voice_start": (VoiceStart(tts), (), None),
@@ -287,7 +292,10 @@ def tts_programs(
             (torch.zeros(1, 5, dim), torch.arange(5)),
             ({1: positions}, {0: positions}),
         ),
-        "generate": (Generate(flow_lm), (latent, one, torch.zeros(1, ldim), torch.zeros(1).long()), None),
+        **{  # one per cache block, its example position the block's first
+            f"generate_{block}": (Generate(flow_lm, block), (latent, one, noise, torch.tensor([first])), None)
+            for block, first in enumerate(itertools.accumulate([0, *cache_blocks(flow_lm)[:-1]]))
+        },
         "clear_cache": (ClearCache(flow_lm), (), None),
         "decode": (decode, (latent,), None),
         "reset_decoder": (ResetState(decode.decoder, "decoder"), (), None),
