@@ -251,8 +251,9 @@ class Generate(nn.Module):
 
 class ClearCache(nn.Module):
     """Every slot of the cache to zero. A slot past a call's first position is masked, but enters
-    the products with weight 0, and 0 * NaN is NaN: a cache must hold numbers before its first use,
-    and ExecuTorch starts a buffer that methods share from uninitialized memory."""
+    the products with weight 0, and 0 * NaN is NaN: a cache must hold numbers before its first use
+    (a loader that leaves out the method holding the buffers' initial values starts them from
+    uninitialized memory)."""
 
     def __init__(self, flow_lm: nn.Module):
         super().__init__()

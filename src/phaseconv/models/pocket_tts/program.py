@@ -16,10 +16,10 @@ The encoder's and decoder's states and the language model's KV cache are buffers
 (ExecuTorch's `share_mutable_buffers`), so a runner calls the methods in pocket-tts's order: the
 voice prompt at positions 0 .. V - 1 once, then per chunk of text its tokens at V .. V + T - 1 and
 one frame per position after them; the next chunk starts again at V (pocket-tts copies the voice's
-state per chunk), with the decoder reset (pocket-tts starts a new decoder per chunk). ExecuTorch
-starts the buffers that methods share from uninitialized memory (the initial values it keeps for a
-buffer of one method are not loaded for them): a runner calls the reset methods before it uses
-their state.
+state per chunk), with the decoder reset (pocket-tts starts a new decoder per chunk). A shared
+buffer's initial value is in the file once, with the first method that has it, and is loaded with
+that method; a runner that loads only some methods calls the reset methods before it uses their
+state (the runner calls them before every utterance).
 """
 
 from __future__ import annotations
