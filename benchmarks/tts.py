@@ -15,7 +15,9 @@ then spoken, one run of each variant in turn:
   threads (torch at the worker's thread count, as pocket-tts sets it);
 - eager LM + phaseconv decoder: pocket-tts's language model in eager, each frame decoded by the
   program's `decode` (what the decoder step alone gives);
-- phaseconv program: the runner, every model call an ExecuTorch method, one call after the other.
+- phaseconv program: the runner, every model call an ExecuTorch method, one call after the other;
+- phaseconv program, decoder in a second process: the runner's `--pipeline`, the language model in
+  this process and the decoder in another (the same file loaded again), each at the worker's threads.
 
 With random weights the end-of-speech logit is meaningless: it is disabled (threshold +inf) for every
 variant, so each speaks pocket-tts's maximum number of frames for the text, (tokens / 3 + 2) s.
@@ -55,6 +57,7 @@ TEXTS = {
     ),
 }
 DEFAULT_CONFIGS = "english_2m_2026-10,english_18m_2026-10,english_2026-09"
+PIPELINED = "phaseconv program, decoder in a second process"
 
 
 def memory_worker(program: Path, tokenizer: Path) -> None:
@@ -118,7 +121,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     import torch
 
     from phaseconv.models.pocket_tts.program import build_tts
-    from phaseconv.tts import Speaker, SpeechProgram, SpeechReport, Voice
+    from phaseconv.tts import DecoderProcess, Speaker, SpeechProgram, SpeechReport, Voice
 
     torch.set_num_threads(threads)
     tokenizer, wav = folder / "tokenizer.model", folder / "voice.wav"
@@ -134,6 +137,8 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
         speaker.set_voice(Voice(wav, speech.settings["sample_rate"], speech.settings["frame_size"]))
         speakers[name] = speaker
     hybrid = EagerLmProgramDecoder(tts, loaded["phaseconv program"])
+    pipelined = DecoderProcess(Path(programs["phaseconv program"][0]), threads)
+    speakers[PIPELINED] = speakers["phaseconv program"]
     rows = []
     for label, text in TEXTS.items():
         for run in range(runs):
@@ -154,7 +159,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                 else:
                     speaker = speakers[name]
                     report = SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0)
-                    speaker.speak(text, on_frame, report)
+                    speaker.speak(text, on_frame, report, pipelined if name == PIPELINED else None)
                 total = (time.perf_counter() - started) * 1e3
                 seconds = sum(frames) / 24000
                 rows.append(
@@ -174,6 +179,8 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                     }
                 )
                 print(f"{label} {run} {name}", flush=True)
+    pipelined.close()
+    del speakers[PIPELINED]
     if threads == 1:
         rows += quality_rows(config, loaded, tokenizer, wav)
     for name, (path, lowering_s) in programs.items() if threads == 1 else ():  # memory: once per program
@@ -288,7 +295,7 @@ def main(
             for count in threads.split(","):
                 arguments = ["--configs", config, "--threads", count, "--runs", str(runs), "--folder", programs]
                 rows += worker_rows(__file__, arguments, f"{config}, {count} thread(s): speaking", console)
-    save_results(json_path, rows, runs=runs, texts=TEXTS)
+    save_results(json_path, rows, partial_key="config", runs=runs, texts=TEXTS)
     print(tts_tables(json.loads(json_path.read_text())))  # the tables the docs show
     console.print(f"wrote {json_path}")
 

@@ -28,14 +28,14 @@ def files(tmp_path_factory):
     return folder / "tts.pte", tokenizer, stand_in_voice(folder / "voice.wav")
 
 
-def speak(files, text=TEXT, temperature=0.0, seed=0, voice=True, program=None):
+def speak(files, text=TEXT, temperature=0.0, seed=0, voice=True, program=None, decoder=None):
     path, tokenizer, wav = files
     program = program or SpeechProgram(path)
     speaker = Speaker(program, tokenizer, temperature, seed)
     report = SpeechReport(0, 0, 24000, 1920, program.load_ms, 0.0, 0.0, 0.0)
     speaker.set_voice(Voice(wav, 24000, 1920) if voice else None)
     frames = []
-    speaker.speak(text, frames.append, report)
+    speaker.speak(text, lambda pcm: frames.append(pcm.clone()), report, decoder)
     return torch.cat(frames), report
 
 
@@ -64,6 +64,19 @@ def test_next_utterance_without_reloading_and_same_seed_same_audio(files):
     other, _ = speak(files, temperature=0.3, seed=4, program=program)
     assert torch.equal(first, again)
     assert not torch.equal(first[: min(len(first), len(other))], other[: min(len(first), len(other))])
+
+
+def test_decoder_in_a_second_process_gives_the_same_audio_utterance_after_utterance(files):
+    from phaseconv.tts import DecoderProcess
+
+    inline, _ = speak(files, temperature=0.3, seed=2)
+    decoder = DecoderProcess(files[0])
+    try:
+        for _ in range(2):  # the decoder's state reset for each chunk, the frames in order
+            piped, _ = speak(files, temperature=0.3, seed=2, decoder=decoder)
+            assert torch.equal(piped, inline)
+    finally:
+        decoder.close()
 
 
 def test_long_text_is_chunked_as_pocket_tts_chunks_it(files):
