@@ -16,8 +16,9 @@ then spoken, one run of each variant in turn:
 - eager LM + phaseconv decoder: pocket-tts's language model in eager, each frame decoded by the
   program's `decode` (what the decoder step alone gives);
 - phaseconv program: the runner, every model call an ExecuTorch method, one call after the other;
-- phaseconv program, decoder in a second process: the runner's `--pipeline`, the language model in
-  this process and the decoder in another (the same file loaded again), each at the worker's threads.
+- each program again with its decoder in a second process: the runner's `--pipeline`, the language
+  model in this process and the decoder in another (the same file loaded again), each at the
+  worker's threads.
 
 With random weights the end-of-speech logit is meaningless: it is disabled (threshold +inf) for every
 variant, so each speaks pocket-tts's maximum number of frames for the text, (tokens / 3 + 2) s.
@@ -57,7 +58,7 @@ TEXTS = {
     ),
 }
 DEFAULT_CONFIGS = "english_2m_2026-10,english_18m_2026-10,english_2026-09"
-PIPELINED = "phaseconv program, decoder in a second process"
+PIPELINED = ", decoder in a second process"
 
 
 def memory_worker(program: Path, tokenizer: Path) -> None:
@@ -137,8 +138,8 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
         speaker.set_voice(Voice(wav, speech.settings["sample_rate"], speech.settings["frame_size"]))
         speakers[name] = speaker
     hybrid = EagerLmProgramDecoder(tts, loaded["phaseconv program"])
-    pipelined = DecoderProcess(Path(programs["phaseconv program"][0]), threads)
-    speakers[PIPELINED] = speakers["phaseconv program"]
+    pipelined = {name + PIPELINED: DecoderProcess(Path(path), threads) for name, (path, _) in programs.items()}
+    speakers |= {name + PIPELINED: speakers[name] for name in programs}
     rows = []
     for label, text in TEXTS.items():
         for run in range(runs):
@@ -159,7 +160,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                 else:
                     speaker = speakers[name]
                     report = SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0)
-                    speaker.speak(text, on_frame, report, pipelined if name == PIPELINED else None)
+                    speaker.speak(text, on_frame, report, pipelined.get(name))
                 total = (time.perf_counter() - started) * 1e3
                 seconds = sum(frames) / 24000
                 rows.append(
@@ -179,8 +180,9 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                     }
                 )
                 print(f"{label} {run} {name}", flush=True)
-    pipelined.close()
-    del speakers[PIPELINED]
+    for name, decoder in pipelined.items():
+        decoder.close()
+        del speakers[name]
     if threads == 1:
         rows += quality_rows(config, loaded, tokenizer, wav)
     for name, (path, lowering_s) in programs.items() if threads == 1 else ():  # memory: once per program

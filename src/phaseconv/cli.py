@@ -106,14 +106,30 @@ def show_decisions(decisions, verbose: bool = True) -> None:
 REPACKED_WORTH_SAYING = 2**20
 
 
+def _numbered_methods(summaries: dict) -> list[tuple[list[str], object]]:
+    """The methods in order, those named alike but for a number (generate_0, generate_1, ...: one per
+    block of a KV cache) as one entry when they have as many partitions and layout transposes:
+    (names, the last one's summary)."""
+    groups: dict[str, list[str]] = {}
+    for name in summaries:
+        base, _, number = name.rpartition("_")
+        groups.setdefault(base if base and number.isdigit() else name, []).append(name)
+    entries = []
+    for names in groups.values():
+        shapes = {(summaries[n].partitions, summaries[n].layout_transposes) for n in names}
+        entries += [(names, summaries[names[-1]])] if len(shapes) == 1 else [([n], summaries[n]) for n in names]
+    return entries
+
+
 def show_summaries(summaries: dict) -> None:
     if not _compact():
         console.print(summary_table(summaries))
     else:
-        for name, summary in summaries.items():
+        for names, summary in _numbered_methods(summaries):
             top, outside = _counts(summary.inside.most_common(4)), _counts(sorted(summary.outside.items()))
+            label = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} (each; counts of {names[-1]})"
             console.print(
-                f"{name}: {summary.partitions} partition(s), {summary.layout_transposes} layout transposes; "
+                f"{label}: {summary.partitions} partition(s), {summary.layout_transposes} layout transposes; "
                 f"inside: {top}; outside: {outside}",
                 highlight=False,
                 soft_wrap=True,
