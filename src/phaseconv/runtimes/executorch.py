@@ -27,8 +27,8 @@ from executorch.exir import (
     ExecutorchProgramManager,
     to_edge_transform_and_lower,
 )
+from executorch.exir.pass_base import ExportPass
 from executorch.exir.passes import MemoryPlanningPass
-from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 from executorch.extension.pybindings import portable_lib
 from executorch.runtime import Runtime
 from torch.export import ExportedProgram
@@ -140,21 +140,22 @@ def to_xnnpack(
     )
 
 
-class InitialValueOnce(InitializedMutableBufferPass):
-    """Gives each written buffer its initial value in the first method that has it, not in every one.
-    The runtime copies the value in when that method is loaded; the methods that share the buffer
-    share its memory, so the file need hold it once (a 12.6 MB KV cache read by eight methods of a
-    text-to-speech program was 100 MB of one file). The same pass object sees the methods in turn."""
+class InitialValueOnce(ExportPass):
+    """Gives each written buffer (by placeholder name) its initial value in the first method that has
+    it, as InitializedMutableBufferPass does in every one. The runtime copies the value in when that
+    method is loaded; the methods that share the buffer share its memory, so the file need hold it
+    once (a 12.6 MB KV cache read by eight methods of a text-to-speech program was 100 MB of one
+    file). The same pass object sees the methods in turn."""
 
     def __init__(self, names: list[str]) -> None:
-        super().__init__(names)
-        self.given: set[str] = set()
+        super().__init__()
+        self.waiting = set(names)
 
     def placeholder(self, name: str, arg, meta):
-        if name in self.patterns and name not in self.given:
-            self.given.add(name)
+        if name in self.waiting:
+            self.waiting.remove(name)
             meta["et_init_buffer"] = True
-        return super(InitializedMutableBufferPass, self).placeholder(name, arg, meta)
+        return super().placeholder(name, arg, meta)
 
 
 def _mutated_buffer_inputs(ep: ExportedProgram) -> list[str]:

@@ -51,6 +51,11 @@ def block_sizes(capacity: int, block: int) -> list[int]:
     return [min(block, capacity - start) for start in range(0, capacity, block)]
 
 
+def block_starts(sizes: list[int]) -> list[int]:
+    """The first position of each block."""
+    return [sum(sizes[:number]) for number in range(len(sizes))]
+
+
 # The position a block's spill slot holds for the masks: past any other, so never attended.
 SPILL = float(2**24)
 
@@ -170,13 +175,9 @@ def _call(positions: torch.Tensor, steps: int, sizes: list[int], blocks: int, wr
     block `write` (which holds all the positions), or into every block (None), its spill slot
     taking the positions that fall in other blocks."""
     first = positions[:1].to(torch.float32)
-    starts = [sum(sizes[:number]) for number in range(len(sizes))]
-    slots = torch.tensor(
-        [p for start, size in zip(starts, sizes) for p in [*range(start, start + size), SPILL]][
-            : sum(size + 1 for size in sizes[:blocks])
-        ],
-        dtype=torch.float32,
-    )
+    starts = block_starts(sizes)
+    read = zip(starts[:blocks], sizes[:blocks])
+    slots = torch.tensor([p for start, size in read for p in [*range(start, start + size), SPILL]], dtype=torch.float32)
     if write is not None:
         writes = {write: positions - starts[write] if starts[write] else positions}
     else:
@@ -206,8 +207,7 @@ class Prompt(nn.Module):
 
     def forward(self, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         sizes = self.transformer.layers[0].self_attn.sizes
-        # all blocks read; the tokens may fall in any (the only one when there is one)
-        call = _call(positions, embeddings.shape[1], sizes, len(sizes), 0 if len(sizes) == 1 else None)
+        call = _call(positions, embeddings.shape[1], sizes, len(sizes), None)  # every block read, any written
         return self.out_norm(self.transformer(embeddings, call)[:, -1])
 
 

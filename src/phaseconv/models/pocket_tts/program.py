@@ -25,7 +25,6 @@ state (the runner calls them before every utterance).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 from pathlib import Path
 from unittest import mock
@@ -49,6 +48,7 @@ from phaseconv.models.pocket_tts.language_model import (
     ClearCache,
     Generate,
     Prompt,
+    block_starts,
     cache_blocks,
     capacity_of,
     quantize_linears,
@@ -294,7 +294,7 @@ def tts_programs(
         ),
         **{  # one per cache block, its example position the block's first
             f"generate_{block}": (Generate(flow_lm, block), (latent, one, noise, torch.tensor([first])), None)
-            for block, first in enumerate(itertools.accumulate([0, *cache_blocks(flow_lm)[:-1]]))
+            for block, first in enumerate(block_starts(cache_blocks(flow_lm)))
         },
         "clear_cache": (ClearCache(flow_lm), (), None),
         "decode": (decode, (latent,), None),
