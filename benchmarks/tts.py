@@ -2,14 +2,15 @@
 pocket-tts-tts:CONFIG, spoken by phaseconv's runner) against pocket-tts's own eager generation.
 
     python benchmarks/tts.py [--configs english_2m_2026-10,english_18m_2026-10,english_2026-09]
-                             [--threads 1,2] [--quantize english_2026-09=8da4w] [--runs 3]
+                             [--threads 1,2] [--quantize english_2026-09=8da4w+8da4w/int8] [--runs 3]
                              [--json results/tts.json]
 
 Per config and thread count (one worker process each: XNNPACK's pool is sized before any load):
 random weights (seeded), a stand-in tokenizer of the config's n_bins pieces and a synthesized voice
-prompt (models/pocket_tts/tokenizer.py; the hub is out of reach). The program is lowered fp32 and,
-where --quantize asks, with the language model's linears in 8da4w or 8da8w. The same texts are
-then spoken, one run of each variant in turn:
+prompt (models/pocket_tts/stand_ins.py; the hub is out of reach). The program is lowered fp32 and,
+where --quantize asks, with the language model's linears in 8da4w or 8da8w and the decoder in int8
+(`lower pocket-tts-tts:CONFIG --quantize-decoder int8`). The same texts are then spoken, one run of
+each variant in turn:
 
 - pocket-tts eager: `TTSModel.generate_audio_stream`, its language model and its decoder on two
   threads (torch at the worker's thread count, as pocket-tts sets it);
@@ -261,20 +262,29 @@ def lower_programs(config: str, schemes: list[str], folder: Path) -> None:
     stand_in_voice(folder / "voice.wav", seconds=4.0)
     programs = {}
     for scheme in [None, *schemes]:
-        name = "phaseconv program" + (f", {scheme} LM" if scheme else "")
+        lm, decoder = quantization(scheme)
+        name = "phaseconv program" + (f", {lm} LM" if lm else "") + (f", {decoder} decoder" if decoder else "")
         with console.status(f"{config}: lowering the {name}"):
             started = time.perf_counter()
-            path = folder / f"{scheme or 'fp32'}.pte"
-            lower_tts(config, quantize=scheme, target="host").save(path)
+            path = folder / f"{(scheme or 'fp32').replace('/', '_')}.pte"
+            lower_tts(config, quantize=lm, quantize_decoder=decoder, target="host").save(path)
             programs[name] = (str(path), time.perf_counter() - started)
     (folder / "programs.json").write_text(json.dumps(programs))
+
+
+def quantization(scheme: str | None) -> tuple[str | None, str | None]:
+    """A --quantize scheme, LM[/decoder] ("8da4w", "8da4w/int8", "fp32/int8"), as (LM's, decoder's)."""
+    lm, _, decoder = (scheme or "").partition("/")
+    return (None if lm in ("", "fp32") else lm), (decoder or None)
 
 
 def main(
     configs: str = typer.Option(DEFAULT_CONFIGS, help="pocket-tts configs, comma-separated"),
     threads: str = typer.Option("1,2", help="thread counts, comma-separated"),
     quantize: str = typer.Option(
-        "english_2026-09=8da4w", help="config=scheme[+scheme]: also lower that config with its LM linears quantized"
+        "english_18m_2026-10=fp32/int8,english_2026-09=8da4w+8da4w/int8",
+        help="config=scheme[+scheme]: also lower that config quantized; a scheme is the LM's linears' (8da4w, "
+        "8da8w or fp32), then optionally /int8 for the decoder (static int8, calibrated on the LM's latents)",
     ),
     runs: int = typer.Option(3, min=1, help="runs of each variant per text"),
     json_path: Path = typer.Option(Path("results/tts.json"), "--json", help="where to write the results"),

@@ -221,6 +221,12 @@ def lower(
         "int8-dynamic: int8 weights, activation scales computed at run time; "
         f"{TTS_PREFIX}CONFIG: 8da4w or 8da8w, its language model's linear layers",
     ),
+    quantize_decoder: str | None = typer.Option(
+        None,
+        "--quantize-decoder",
+        help=f"{TTS_PREFIX}CONFIG only: int8, the decoder in static int8 (its output block fp32), "
+        "calibrated on latents of the program's own language model",
+    ),
     calibration: Path | None = typer.Option(
         None, "--calibration", help="a folder of .npy files (one input each) or .npz files (one input set each)"
     ),
@@ -256,22 +262,30 @@ def lower(
     require_folder(output)
     if model.startswith(TTS_PREFIX):
         from phaseconv.models.pocket_tts.language_model import LINEAR_QUANTIZATION
+        from phaseconv.models.pocket_tts.program import DECODER_QUANTIZATION
 
         if quantize is not None and quantize not in LINEAR_QUANTIZATION:
             schemes = " or ".join(LINEAR_QUANTIZATION)
             raise PhaseconvError(
                 f"--quantize takes {schemes} for {TTS_PREFIX}CONFIG (its LM's linears), got {quantize!r}"
             )
+        if quantize_decoder is not None and quantize_decoder not in DECODER_QUANTIZATION:
+            schemes = " or ".join(DECODER_QUANTIZATION)
+            raise PhaseconvError(f"--quantize-decoder takes {schemes}, got {quantize_decoder!r}")
         if calibration is not None or keep_float:
             raise PhaseconvError(
-                f"--calibration and --keep-float are not for {TTS_PREFIX}CONFIG: its 8da4w and 8da8w need neither"
+                f"--calibration and --keep-float are not for {TTS_PREFIX}CONFIG: its LM's quantization needs "
+                "neither, its decoder's is calibrated on the LM's own latents"
             )
         if no_weight_cache:
             raise PhaseconvError(f"--no-weight-cache is not for {TTS_PREFIX}CONFIG: `phaseconv tts` uses the cache")
-        options = (tokenizer, capacity, quantize, no_rewrite, external_constants, target, as_json, verbose)
+        quantization = (quantize, quantize_decoder)
+        options = (tokenizer, capacity, quantization, no_rewrite, external_constants, target, as_json, verbose)
         return _lower_tts(model, output, weights, *options)
-    if tokenizer is not None or capacity is not None:
-        raise PhaseconvError(f"--tokenizer and --capacity are for {TTS_PREFIX}CONFIG programs, not {model}")
+    if tokenizer is not None or capacity is not None or quantize_decoder is not None:
+        raise PhaseconvError(
+            f"--tokenizer, --capacity and --quantize-decoder are for {TTS_PREFIX}CONFIG programs, not {model}"
+        )
     if quantize is not None and quantize not in QUANTIZE_MODES:
         raise PhaseconvError(f"--quantize takes {' or '.join(QUANTIZE_MODES)}, got {quantize!r}")
     sets = _calibration_sets(calibration, quantize)
@@ -321,7 +335,7 @@ def lower(
 
 
 def _lower_tts(
-    model, output, weights, tokenizer, capacity, quantize, no_rewrite, external_constants, target, as_json, verbose
+    model, output, weights, tokenizer, capacity, quantization, no_rewrite, external_constants, target, as_json, verbose
 ) -> None:
     """`phaseconv lower pocket-tts-tts:CONFIG`: the whole text-to-speech model as one program."""
     from phaseconv.models.pocket_tts.program import DEFAULT_CAPACITY, DEFAULT_TTS_CONFIG, lower_tts
@@ -334,7 +348,7 @@ def _lower_tts(
             weights,
             tokenizer,
             capacity or DEFAULT_CAPACITY,
-            quantize,
+            *quantization,
             rewrite=not no_rewrite,
             external_constants=external_constants,
             target=target,

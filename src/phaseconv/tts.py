@@ -160,11 +160,9 @@ class Speaker:
 
     def noise(self) -> torch.Tensor:
         """One draw of the flow's starting point, as FlowLMModel.forward draws it."""
-        noise = torch.empty(1, self.settings["latent_dim"])
-        std, clamp = self.temperature**0.5, self.settings["noise_clamp"]
-        if clamp is None:
-            return noise.normal_(0.0, std, generator=self.generator)
-        return torch.nn.init.trunc_normal_(noise, 0.0, std, -clamp, clamp, generator=self.generator)
+        from phaseconv.models.pocket_tts.language_model import draw_noise
+
+        return draw_noise(self.generator, self.settings["latent_dim"], self.temperature, self.settings["noise_clamp"])
 
     def prompt(self, embeddings: torch.Tensor, first: int) -> None:
         """Conditioning into the cache at first, first + 1, ...; a prompt call draws noise in pocket-tts."""

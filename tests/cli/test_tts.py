@@ -113,10 +113,14 @@ def test_lower_tts_bad_config_and_options(tmp_path):
     result = phaseconv_here("lower", "pocket-tts-tts:no_such_config", "-o", tmp_path / "t.pte")
     assert result.returncode == 2 and "unknown pocket-tts config 'no_such_config'" in result.stderr
     result = phaseconv_here("lower", FACTORY, "-o", tmp_path / "t.pte", "--capacity", 64)
-    assert result.returncode == 2 and "--tokenizer and --capacity are for pocket-tts-tts:CONFIG" in result.stderr
+    assert result.returncode == 2 and "--capacity and --quantize-decoder are for pocket-tts" in result.stderr
     tts = "pocket-tts-tts:english_2m_2026-10"
     result = phaseconv_here("lower", tts, "-o", tmp_path / "t.pte", "--quantize", "int8")
     assert result.returncode == 2 and "--quantize takes 8da4w or 8da8w for pocket-tts-tts:CONFIG" in result.stderr
+    result = phaseconv_here("lower", tts, "-o", tmp_path / "t.pte", "--quantize-decoder", "int4")
+    assert result.returncode == 2 and "--quantize-decoder takes int8, got 'int4'" in result.stderr
+    result = phaseconv_here("lower", FACTORY, "-o", tmp_path / "t.pte", "--quantize-decoder", "int8")
+    assert result.returncode == 2 and "--quantize-decoder are for pocket-tts-tts:CONFIG" in result.stderr
     result = phaseconv_here("lower", tts, "-o", tmp_path / "t.pte", "--no-weight-cache")
     assert result.returncode == 2 and "--no-weight-cache is not for pocket-tts-tts:CONFIG" in result.stderr
     assert not (tmp_path / "t.pte").exists()

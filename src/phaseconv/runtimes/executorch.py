@@ -145,14 +145,17 @@ class InitialValueOnce(ExportPass):
     it, as InitializedMutableBufferPass does in every one. The runtime copies the value in when that
     method is loaded; the methods that share the buffer share its memory, so the file need hold it
     once (a 12.6 MB KV cache read by eight methods of a text-to-speech program was 100 MB of one
-    file). The same pass object sees the methods in turn."""
+    file). The same pass object sees the methods in turn. A buffer of no elements is never marked: it
+    has no value, and ExecuTorch's emitter, which does not plan it, indexes it among the constants
+    where the runtime looks in the mutable data (english_2026-09's int8 decoder: its reset method,
+    the first to hold the empty states, failed to load with "offset index out of range")."""
 
     def __init__(self, names: list[str]) -> None:
         super().__init__()
         self.waiting = set(names)
 
     def placeholder(self, name: str, arg, meta):
-        if name in self.waiting:
+        if name in self.waiting and meta["val"].numel() > 0:
             self.waiting.remove(name)
             meta["et_init_buffer"] = True
         return super().placeholder(name, arg, meta)

@@ -264,3 +264,12 @@ class ClearCache(nn.Module):
             for cache in layer.self_attn.blocks("keys") + layer.self_attn.blocks("values"):
                 cache.copy_(torch.zeros_like(cache))
         return torch.zeros(1)
+
+
+def draw_noise(generator: torch.Generator, dim: int, temperature: float, clamp: float | None) -> torch.Tensor:
+    """One draw of the flow's starting point [1, dim], as FlowLMModel.forward draws it: normal with std
+    sqrt(temperature), truncated to [-clamp, clamp] when the config has a `noise_clamp`."""
+    noise, std = torch.empty(1, dim), temperature**0.5
+    if clamp is None:
+        return noise.normal_(0.0, std, generator=generator)
+    return torch.nn.init.trunc_normal_(noise, 0.0, std, -clamp, clamp, generator=generator)

@@ -51,6 +51,7 @@ from phaseconv.models.pocket_tts.language_model import (
     block_starts,
     cache_blocks,
     capacity_of,
+    draw_noise,
     quantize_linears,
     with_cache,
 )
@@ -66,6 +67,10 @@ DEFAULT_CAPACITY = 384
 MAX_TEXT_TOKENS = 128
 # Frames of a voice prompt per call of encode_voice (80 ms each): its activations' memory.
 VOICE_FRAMES_PER_CALL = 8
+# The int8 decoder's calibration: frames the language model generates in a row after this many random
+# text tokens (the scales of a streaming step depend on its state: the frames are fed in order).
+CALIBRATION_FRAMES, CALIBRATION_TOKENS = 40, 20
+DECODER_QUANTIZATION = ("int8",)
 
 
 def load_tts_config(config: str):
@@ -269,11 +274,48 @@ def written_buffers(programs: dict[str, ExportedProgram], names: list[str]) -> s
     return written
 
 
+@torch.no_grad()
+def lm_latents(tts: nn.Module, frames: int = CALIBRATION_FRAMES, seed: int = 0) -> list[torch.Tensor]:
+    """`frames` latents [1, 1, ldim] the language model generates in a row, as the decoder gets them:
+    after its start without a voice and CALIBRATION_TOKENS random tokens, at the config's temperature
+    (noise from a generator seeded with `seed`), in eager PyTorch on a copy of the model."""
+    generator = torch.Generator().manual_seed(seed)
+    first = 1 + CALIBRATION_TOKENS
+    flow_lm = with_cache(tts.flow_lm, capacity=first + frames, block=first + frames)
+    prompt, generate = Prompt(flow_lm), Generate(flow_lm, block=0)
+    tokens = torch.randint(0, tts.config.flow_lm.lookup_table.n_bins, (1, CALIBRATION_TOKENS), generator=generator)
+    prompt(VoiceStart(tts)(), torch.arange(1))
+    prompt(EmbedText(tts)(tokens), torch.arange(1, first))
+    latent, start, latents = torch.zeros(1, 1, flow_lm.ldim), torch.ones(1), []
+    for position in range(first, first + frames):
+        noise = draw_noise(generator, flow_lm.ldim, tts.temp, tts.noise_clamp)
+        latent, _ = generate(latent, start, noise, torch.tensor([position]))
+        start = torch.zeros(1)
+        latents.append(latent)
+    return latents
+
+
+def quantized_decode(program: ExportedProgram, tts: nn.Module, decode: Decode) -> ExportedProgram:
+    """The decode method in static int8 (phaseconv.quantize), calibrated on the language model's own
+    latents in order; the decoder's last residual block stays fp32 (MimiStep.output_block)."""
+    from phaseconv.quantize import quantize
+
+    calibration = [(latent,) for latent in lm_latents(tts)]
+    return quantize(program, calibration, keep_float=[f"decoder.{decode.decoder.output_block()}"])
+
+
 def tts_programs(
-    tts: nn.Module, config: str, capacity: int = DEFAULT_CAPACITY, quantize: str | None = None
+    tts: nn.Module,
+    config: str,
+    capacity: int = DEFAULT_CAPACITY,
+    quantize: str | None = None,
+    quantize_decoder: str | None = None,
 ) -> tuple[dict[str, ExportedProgram], dict]:
     """The exported methods of the text-to-speech program, and its settings; `quantize` (8da4w or
-    8da8w) quantizes the language model's linear layers."""
+    8da8w) quantizes the language model's linear layers, `quantize_decoder` (int8) the decode method."""
+    if quantize_decoder not in (None, *DECODER_QUANTIZATION):
+        known = ", ".join(DECODER_QUANTIZATION)
+        raise PhaseconvError(f"the decoder's quantization is one of {known}, got {quantize_decoder!r}")
     flow_lm = with_cache(tts.flow_lm, capacity)
     if quantize is not None:
         quantize_linears(flow_lm, quantize)
@@ -304,11 +346,13 @@ def tts_programs(
     with torch.no_grad(), _fresh_mask_cache():
         for name, (module, inputs, dynamic_shapes) in methods.items():
             programs[name] = torch.export.export(module.eval(), inputs, dynamic_shapes=dynamic_shapes)
+        if quantize_decoder is not None:
+            programs["decode"] = quantized_decode(programs["decode"], tts, decode)
     assert capacity_of(flow_lm) == capacity
     for resetting, running in RESETS.items():
         missing = written_buffers(programs, running) - written_buffers(programs, [resetting])
         assert not missing, f"{resetting} leaves {sorted(missing)} of {running} as they were"
-    return programs, settings_of(tts, config, capacity) | {"quantize": quantize}
+    return programs, settings_of(tts, config, capacity) | {"quantize": quantize, "quantize_decoder": quantize_decoder}
 
 
 def settings_json(settings: dict) -> str:
@@ -321,6 +365,7 @@ def lower_tts(
     tokenizer: Path | None = None,
     capacity: int = DEFAULT_CAPACITY,
     quantize: str | None = None,
+    quantize_decoder: str | None = None,
     rewrite: bool = True,
     external_constants: bool = False,
     target: str = "any",
@@ -331,7 +376,7 @@ def lower_tts(
     if capacity < 16:
         raise PhaseconvError(f"--capacity {capacity}: the language model needs room for a prompt and frames")
     tts = build_tts(config, weights, tokenizer)
-    programs, settings = tts_programs(tts, config, capacity, quantize)
+    programs, settings = tts_programs(tts, config, capacity, quantize, quantize_decoder)
     return lower(
         programs,
         rewrite=rewrite,
