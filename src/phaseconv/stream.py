@@ -71,7 +71,7 @@ class StepProgram:
                 "is missing: put it beside the program"
             )
         start = time.perf_counter()
-        self.program = LoadedProgram(path.read_bytes(), data_path if summary.external_constants else None)
+        self.program = LoadedProgram(path, data_path if summary.external_constants else None)
         self.load_ms = (time.perf_counter() - start) * 1e3
         meta = self.program.method_meta()
         if meta.num_inputs() != 1 or meta.num_outputs() != 1:

@@ -99,7 +99,7 @@ class SpeechProgram:
             )
         start = time.perf_counter()
         data = data_path if summary.external_constants else None
-        self.program = LoadedProgram(path.read_bytes(), data, methods=methods)
+        self.program = LoadedProgram(path, data, methods=methods)
         self.load_ms = (time.perf_counter() - start) * 1e3
         missing = [name for name in METHODS if name not in self.program.all_methods]
         if missing:

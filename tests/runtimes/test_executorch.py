@@ -161,3 +161,18 @@ def test_methods_that_share_a_state_start_from_its_value_held_once_in_the_file()
     assert torch.equal(program.run((x,), "add")[0], torch.full((size,), 9.0))
     program.run((), "restart")
     assert torch.equal(program.run((x,), "add")[0], torch.full((size,), 8.0))
+
+
+def test_a_program_loaded_from_its_file_runs_as_from_its_bytes(tmp_path):
+    """A path is mapped (the runtime lets go of what it has packed), bytes are held: the same program."""
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+
+    x = torch.ones(8)
+    path = tmp_path / "accumulate.pte"
+    path.write_bytes(to_xnnpack({"add": export(Accumulate(8), x), "restart": export(Restart(8))}).buffer)
+    from_file, from_bytes = LoadedProgram(path), LoadedProgram(path.read_bytes())
+    for program in (from_file, from_bytes):
+        assert torch.equal(program.run((x,), "add")[0], torch.full((8,), 8.0))
+        assert torch.equal(program.run((x,), "add")[0], torch.full((8,), 9.0))
+        program.run((), "restart")
+        assert torch.equal(program.run((x,), "add")[0], torch.full((8,), 8.0))
