@@ -63,10 +63,16 @@ PIPELINED = ", decoder in a second process"
 
 
 def memory_worker(program: Path, tokenizer: Path) -> None:
-    """In a fresh process: resident memory before the load, after it, and after one sentence."""
+    """In a fresh process: resident memory before the load, after it, and after one sentence, the
+    runner's code (pocket-tts's text handling: 81 MiB of modules) imported before; then the time a
+    decoder reset takes."""
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(1)
+    import pocket_tts.models.text_chunking  # noqa: F401
+    import pocket_tts.models.tts_model  # noqa: F401
+
+    import phaseconv.models.pocket_tts.program  # noqa: F401
     from phaseconv.tts import Speaker, SpeechProgram, SpeechReport
 
     before = resident_mib()
@@ -76,7 +82,19 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
     speaker.set_voice(None)
     speaker.speak(TEXTS["10 words"], lambda pcm: None, SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0))
     spoken = resident_mib()
-    print(json.dumps({"load_mib": loaded - before, "first_utterance_mib": spoken - before}))
+    memory = {"load_mib": loaded - before, "first_utterance_mib": spoken - before, "reset_ms": _reset_ms(speech)}
+    print(json.dumps(memory))
+
+
+def memory_row(config: str, name: str, path: str, lowering_s: float, tokenizer: Path) -> dict:
+    """The program's memory_worker figures, measured in a process of their own, and its file's size."""
+    command = [sys.executable, __file__, "--memory", path, "--tokenizer", str(tokenizer)]
+    process = subprocess.run(command, capture_output=True, text=True)
+    if process.returncode != 0:  # say why, and keep the other rows
+        raise SystemExit(f"the memory measurement of {path} failed:\n{process.stderr[-3000:]}")
+    memory = json.loads(process.stdout.splitlines()[-1])
+    file_mib = Path(path).stat().st_size / 2**20
+    return {"config": config, "threads": 1, "variant": name, "file_mib": file_mib, "lowering_s": lowering_s, **memory}
 
 
 class EagerLmProgramDecoder:
@@ -187,22 +205,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     if threads == 1:
         rows += quality_rows(config, loaded, tokenizer, wav)
     for name, (path, lowering_s) in programs.items() if threads == 1 else ():  # memory: once per program
-        command = [sys.executable, __file__, "--memory", path, "--tokenizer", str(tokenizer)]
-        process = subprocess.run(command, capture_output=True, text=True)
-        if process.returncode != 0:  # say why, and keep the other rows
-            raise SystemExit(f"the memory measurement of {path} failed:\n{process.stderr[-3000:]}")
-        memory = json.loads(process.stdout.splitlines()[-1])
-        rows.append(
-            {
-                "config": config,
-                "threads": threads,
-                "variant": name,
-                "file_mib": Path(path).stat().st_size / 2**20,
-                "lowering_s": lowering_s,
-                "reset_ms": _reset_ms(loaded[name]),
-                **memory,
-            }
-        )
+        rows.append(memory_row(config, name, path, lowering_s, tokenizer))
     out.write_text(json.dumps(rows))
 
 
@@ -292,6 +295,9 @@ def main(
     memory: Path | None = typer.Option(None, "--memory", hidden=True),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", hidden=True),
     folder: Path | None = typer.Option(None, "--folder", hidden=True),
+    memory_only: bool = typer.Option(
+        False, "--memory-only", help="lower the programs and measure their memory only (the other rows stay)"
+    ),
 ) -> None:
     schemes = dict(item.split("=") for item in quantize.split(",") if item)
     if memory is not None:
@@ -304,10 +310,16 @@ def main(
     for config in configs.split(","):
         with tempfile.TemporaryDirectory() as programs:
             lower_programs(config, [s for s in schemes.get(config, "").split("+") if s], Path(programs))
+            if memory_only:
+                listed = json.loads((Path(programs) / "programs.json").read_text()).items()
+                tokenizer = Path(programs) / "tokenizer.model"
+                rows += [memory_row(config, name, path, seconds, tokenizer) for name, (path, seconds) in listed]
+                continue
             for count in threads.split(","):
                 arguments = ["--configs", config, "--threads", count, "--runs", str(runs), "--folder", programs]
                 rows += worker_rows(__file__, arguments, f"{config}, {count} thread(s): speaking", console)
-    save_results(json_path, rows, partial_key="config", runs=runs, texts=TEXTS)
+    measured = (lambda row: (row["config"], "file_mib" in row)) if memory_only else (lambda row: row["config"])
+    save_results(json_path, rows, partial_key=measured, runs=runs, texts=TEXTS)
     print(tts_tables(json.loads(json_path.read_text())))  # the tables the docs show
     console.print(f"wrote {json_path}")
 

@@ -4,10 +4,12 @@ sized once per process, before any program is loaded) and the results file."""
 from __future__ import annotations
 
 import json
+import operator
 import platform
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -69,11 +71,13 @@ def saved_rows(path: Path, key: str = "rows") -> list[dict]:
     return saved[key]
 
 
-def save_results(path: Path, rows: list[dict], partial_key: str | None = None, **meta) -> None:
+def save_results(path: Path, rows: list[dict], partial_key: str | Callable | None = None, **meta) -> None:
     """{"meta": meta + the machine, "rows": rows} as JSON at `path`. A partial run (`partial_key`: the
-    field that names a row, e.g. its model) keeps the saved rows it did not measure again."""
+    field that names a row, e.g. its model, or a function of the row) keeps the saved rows it did
+    not measure again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if partial_key is not None and path.exists():
-        fresh = {row[partial_key] for row in rows}
-        rows = [r for r in saved_rows(path) if r[partial_key] not in fresh] + rows
+        key = partial_key if callable(partial_key) else operator.itemgetter(partial_key)
+        fresh = {key(row) for row in rows}
+        rows = [r for r in saved_rows(path) if key(r) not in fresh] + rows
     path.write_text(json.dumps({"meta": meta | machine(), "rows": rows}, indent=2))

@@ -792,12 +792,15 @@ def tts(
         speaker.speak(text, deliver, report)
     if output is not None:
         write_wav(output, b"".join(chunks), report.sample_rate)
-    summary = report.to_dict() | {"threads": threads, "pipeline": pipeline}
+    # the numbers' precision (a program lowered before --quantize-decoder existed does not say the decoder's)
+    precision = {"lm": settings.get("quantize") or "fp32", "decoder": settings.get("quantize_decoder") or "fp32"}
+    summary = report.to_dict() | {"threads": threads, "pipeline": pipeline, "precision": precision}
     if json_path is not None:
         write_atomically(json_path, json.dumps(summary, indent=2).encode())
     Console(stderr=True).print(
         f"{report.frames} frames ({report.audio_seconds:.2f} s of audio, {report.chunks} chunk(s)) at {threads} "
-        f"thread(s){', decoder in a second process' if pipeline else ''}: first audio {report.first_audio_ms:.1f} "
+        f"thread(s), LM {precision['lm']}, decoder {precision['decoder']}"
+        f"{', decoder in a second process' if pipeline else ''}: first audio {report.first_audio_ms:.1f} "
         f"ms after the text, per frame median LM {summary['lm_median_ms']:.2f} ms + decoder "
         f"{summary['decode_median_ms']:.2f} ms, real-time factor {report.real_time_factor:.3f}"
         + (f"; {report.capped_chunks} chunk(s) stopped at the program's capacity" if report.capped_chunks else ""),

@@ -45,6 +45,7 @@ def test_wav_and_summary(program, tokenizer, tmp_path):
         assert (audio.getnchannels(), audio.getsampwidth(), audio.getframerate()) == (1, 2, 24000)
         assert audio.getnframes() == summary["frames"] * 1920 > 0
     assert summary["threads"] == 1 and summary["chunks"] == 1
+    assert summary["precision"] == {"lm": "fp32", "decoder": "fp32"}
     assert {"first_audio_ms", "lm_median_ms", "decode_median_ms", "real_time_factor"} <= set(summary)
     assert "real-time factor" in result.stderr and "1 thread" in result.stderr
 
