@@ -59,8 +59,8 @@ from phaseconv.models.pocket_tts.language_model import (
 DEFAULT_TTS_CONFIG = "english_18m_2026-10"
 # Positions of the language model's cache: a voice prompt (12.5 per second), a chunk's text tokens and
 # the frames generated for it (pocket-tts allows (tokens / 3 + 2) s of them: 234 for 50 tokens; speech
-# of 50 tokens takes about 100). Every frame reads the whole cache (XNNPACK slices only static sizes):
-# 384 holds a 10 s voice, 50 tokens and 16 s of audio, at a cost that grows with it (benchmarks/tts.py).
+# of 50 tokens takes about 100). 384 holds a 10 s voice, 50 tokens and 16 s of audio; a frame reads the
+# cache's blocks up to its position, a prompt reads them all, so a prompt's cost grows with it.
 DEFAULT_CAPACITY = 384
 # A chunk's tokens at most: pocket-tts's MAX_TOKEN_PER_CHUNK (50) is where it splits; a sentence with
 # no punctuation to split at can run longer.
