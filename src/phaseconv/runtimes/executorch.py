@@ -202,8 +202,8 @@ class LoadedProgram:
     as long as it lives. `data_path`: the .ptd file of a program saved with external constants.
 
     A program given as a file's path is mapped, not read: the runtime lets go of each part of the
-    file it is done with, such as the weights XNNPACK has packed (english_18m's text-to-speech
-    program, 124 MiB: 161 MiB resident once loaded, 275 MiB from the file's bytes).
+    file it is done with, such as the weights XNNPACK has packed, where bytes stay resident beside
+    the packed copy (benchmarks/tts.py measures the runner's memory, which loads from the path).
 
     Every method is initialized here, not on its first call (XNNPACK packs its weights then: 28 ms
     for the pocket-tts step), so the first call costs what the others do: time to first audio. A
