@@ -172,7 +172,10 @@ class Speaker:
                 f"the prompt needs positions up to {first + count}; the program holds {self.settings['capacity']} "
                 "(lower it with a larger --capacity, or use a shorter voice prompt)"
             )
-        self.program.prompt(embeddings, torch.arange(first, first + count))
+        step = self.settings.get("prompt_tokens_per_call", self.settings["capacity"])  # older programs: one call
+        for start in range(0, count, step):
+            part = embeddings[:, start : start + step]
+            self.program.prompt(part, torch.arange(first + start, first + start + part.shape[1]))
         self.noise()
 
     def set_voice(self, voice: Voice | None) -> float:

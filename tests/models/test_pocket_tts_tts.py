@@ -28,8 +28,8 @@ def files(tmp_path_factory):
     return folder / "tts.pte", tokenizer, stand_in_voice(folder / "voice.wav")
 
 
-def speak(files, text=TEXT, temperature=0.0, seed=0, voice=True, program=None, decoder=None):
-    path, tokenizer, wav = files
+def speak(files, text=TEXT, temperature=0.0, seed=0, voice=True, program=None, decoder=None, wav=None):
+    path, tokenizer, wav = *files[:2], wav or files[2]
     program = program or SpeechProgram(path)
     speaker = Speaker(program, tokenizer, temperature, seed)
     report = SpeechReport(0, 0, 24000, 1920, program.load_ms, 0.0, 0.0, 0.0)
@@ -39,8 +39,8 @@ def speak(files, text=TEXT, temperature=0.0, seed=0, voice=True, program=None, d
     return torch.cat(frames), report
 
 
-def pocket_tts_audio(files, text=TEXT, temperature=0.0, seed=0):
-    _, tokenizer, wav = files
+def pocket_tts_audio(files, text=TEXT, temperature=0.0, seed=0, wav=None):
+    tokenizer, wav = files[1], wav or files[2]
     tts = build_tts(CONFIG, tokenizer=tokenizer)
     tts.temp = temperature
     torch.manual_seed(seed)
@@ -84,6 +84,16 @@ def test_long_text_is_chunked_as_pocket_tts_chunks_it(files):
     audio, report = speak(files, text)
     expected = pocket_tts_audio(files, text)
     assert report.chunks > 1 and audio.shape == expected.shape
+    assert float((audio - expected).abs().max()) * 32768 < 0.5
+
+
+def test_a_voice_longer_than_a_prompt_call_is_prompted_in_parts(files, tmp_path):
+    """11 s of voice: 139 positions of conditioning, more than one call of prompt takes (128)."""
+    wav = stand_in_voice(tmp_path / "long.wav", seconds=11.0)
+    assert SpeechProgram(files[0]).settings["prompt_tokens_per_call"] < 1 + 11.3 * 12.5
+    audio, _ = speak(files, "Hello there.", wav=wav)
+    expected = pocket_tts_audio(files, "Hello there.", wav=wav)
+    assert audio.shape == expected.shape
     assert float((audio - expected).abs().max()) * 32768 < 0.5
 
 

@@ -176,3 +176,63 @@ def test_a_program_loaded_from_its_file_runs_as_from_its_bytes(tmp_path):
         assert torch.equal(program.run((x,), "add")[0], torch.full((8,), 9.0))
         program.run((), "restart")
         assert torch.equal(program.run((x,), "add")[0], torch.full((8,), 8.0))
+
+
+class WriteAt(torch.nn.Module):
+    """A cache written at a position, in place, as a KV cache is (index_copy_)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4, size))
+
+    def forward(self, x, position):
+        self.cache.index_copy_(1, position, x)
+        return self.cache.sum(1)
+
+
+class StartOver(WriteAt):
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.start = torch.zeros(4, size)  # a constant of the same bytes as the buffer's initial value
+
+    def forward(self):
+        self.cache.copy_(self.start)
+        return torch.zeros(1)
+
+
+def test_a_method_that_writes_its_state_plans_no_second_copy_of_it():
+    """A write in place into a buffer is planned where the buffer lies: the methods' own memory (the
+    planned arena beside the shared state) holds their temporaries only, not a copy of the cache.
+    The reset's constant, the same bytes as the buffer's initial value, is emitted first (by name)."""
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+
+    size, x = 50_000, torch.ones(4, 1)
+    manager = to_xnnpack({"write": export(WriteAt(size), x, torch.tensor([0])), "start_over": export(StartOver(size))})
+    for plan in manager.executorch_program.execution_plan:
+        assert plan.non_const_buffer_sizes[1] < 4 * size * 4 / 10, plan.name
+    program = LoadedProgram(manager.buffer)
+    for position, total in [(3, 1.0), (9, 2.0), (3, 2.0)]:
+        assert torch.equal(program.run((x, torch.tensor([position])), "write")[0], torch.full((4,), total))
+    program.run((), "start_over")
+    assert torch.equal(program.run((x, torch.tensor([0])), "write")[0], torch.ones(4))
+
+
+class ReadZeros(torch.nn.Module):
+    def __init__(self, size: int):
+        super().__init__()
+        self.zeros = torch.zeros(4, size)  # a constant, read by a portable operator
+
+    def forward(self, x):
+        return torch.cumsum(self.zeros, 1)[:, -1] + x
+
+
+def test_a_buffer_keeps_its_initial_value_beside_a_constant_of_the_same_bytes():
+    """ExecuTorch's emitter looks a named buffer's initial value up among the constants emitted before
+    it: the method that holds the value failed to load. Lowering gives the buffer its own value."""
+    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+
+    size, x = 50_000, torch.ones(4, 1)
+    methods = {"a_reader": export(ReadZeros(size), torch.ones(4)), "write": export(WriteAt(size), x, torch.tensor([0]))}
+    program = LoadedProgram(to_xnnpack(methods).buffer)
+    assert torch.equal(program.run((x, torch.tensor([3])), "write")[0], torch.ones(4))
+    assert torch.equal(program.run((torch.ones(4),), "a_reader")[0], torch.ones(4))

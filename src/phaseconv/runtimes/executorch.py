@@ -107,8 +107,11 @@ def to_xnnpack(
     """
     # copies: the stock lowering takes a tensor constant that several delegated ops read out of the
     # program it is given, which then neither lowers nor runs again (KeyError on the constant)
+    # in the emitter's order (by name), so that a buffer's initial value is in the first method emitted
+    # that has it (InitialValueOnce), before any constant of the same bytes (_own_initial_values)
     programs = {
-        name: copy_program(program) for name, program in (ep if isinstance(ep, dict) else {"forward": ep}).items()
+        name: copy_program(program)
+        for name, program in sorted((ep if isinstance(ep, dict) else {"forward": ep}).items())
     }
     if external_constants:
         programs = {name: _tag_constants_external(program) for name, program in programs.items()}
@@ -128,27 +131,66 @@ def to_xnnpack(
         {name for method in edge.methods for name in _mutated_buffer_inputs(edge.exported_program(method))}
     )
     shared = isinstance(ep, dict) and bool(written)
-    return edge.to_executorch(
-        ExecutorchBackendConfig(
-            external_constants=external_constants,
-            passes=[InitialValueOnce(written)],
-            # a state written by index (a KV cache's index_copy_) is written in place, not copied whole
-            run_reinplace_pass=True,
-            **({"memory_planning_pass": MemoryPlanningPass(share_mutable_buffers=True)} if shared else {}),
-            emit_mutable_buffer_names=shared,
-        )
+    config = ExecutorchBackendConfig(
+        external_constants=external_constants,
+        passes=[InitialValueOnce(written)],
+        # a state written by index (a KV cache's index_copy_) is written in place, not copied whole
+        run_reinplace_pass=True,
+        memory_planning_pass=StateWritesPlannedInPlace(share_mutable_buffers=shared),
+        emit_mutable_buffer_names=shared,
     )
+    manager = edge.to_executorch(config)
+    _own_initial_values(manager, config)
+    return manager
+
+
+def _own_initial_values(manager: ExecutorchProgramManager, config: ExecutorchBackendConfig) -> None:
+    """Gives every buffer its own initial value in the file. ExecuTorch 1.5.1's emitter, when it
+    names the buffers (a program of several methods), looks a buffer's value up among the constants
+    emitted before it: a constant of the same bytes (a reset's zeros, a block of zeros folded from
+    zeros_like) gave its index, which the runtime reads in the buffers' data, so the method loaded
+    another buffer's value or failed to load. Each such value is added to the buffers' data here and
+    the program serialized again."""
+    from executorch.exir._serialize._serialize import serialize_for_executorch
+    from executorch.exir.schema import Buffer
+
+    output = manager._emitter_output
+    data = list(output.mutable_data or [Buffer(storage=b"")])  # index 0: no data
+    repaired = False
+    for plan in output.program.execution_plan:
+        values = None
+        for value in plan.values:
+            tensor, info = value.val, getattr(value.val, "extra_tensor_info", None)
+            if getattr(tensor, "allocation_info", None) is None or not getattr(tensor, "data_buffer_idx", 0):
+                continue
+            if info is None or info.fully_qualified_name is None:
+                continue
+            values = values or dict(manager.exported_program(plan.name).named_buffers())
+            own = values[info.fully_qualified_name].detach().contiguous().flatten().view(torch.uint8)
+            own = own.numpy().tobytes()
+            index = tensor.data_buffer_idx
+            if index < len(data) and data[index].storage == own:
+                continue
+            data.append(Buffer(storage=own))
+            tensor.data_buffer_idx, repaired = len(data) - 1, True
+    if repaired:
+        output.mutable_data = data
+        manager._pte_data, manager._tensor_data = serialize_for_executorch(
+            output, config, manager._data_serializer, manager._named_data
+        )
+        manager._buffer = None
 
 
 class InitialValueOnce(ExportPass):
     """Gives each written buffer (by placeholder name) its initial value in the first method that has
-    it, as InitializedMutableBufferPass does in every one. The runtime copies the value in when that
-    method is loaded; the methods that share the buffer share its memory, so the file need hold it
-    once (a 12.6 MB KV cache read by eight methods of a text-to-speech program was 100 MB of one
-    file). The same pass object sees the methods in turn. A buffer of no elements is never marked: it
-    has no value, and ExecuTorch's emitter, which does not plan it, indexes it among the constants
-    where the runtime looks in the mutable data (english_2026-09's int8 decoder: its reset method,
-    the first to hold the empty states, failed to load with "offset index out of range")."""
+    it (to_xnnpack gives the methods in the emitter's order), as InitializedMutableBufferPass does in
+    every one. The runtime copies the value in when that method is loaded; the methods that share the
+    buffer share its memory, so the file need hold it once (a 12.6 MB KV cache read by eight methods
+    of a text-to-speech program was 100 MB of one file). The same pass object sees the methods in
+    turn. A buffer of no elements is never marked: it has no value, and its bytes (none) are an empty
+    constant's to ExecuTorch's emitter (see _own_initial_values; english_2026-09's int8 decoder: its
+    reset method, the first to hold the empty states, failed to load with "offset index out of
+    range")."""
 
     def __init__(self, names: list[str]) -> None:
         super().__init__()
@@ -159,6 +201,44 @@ class InitialValueOnce(ExportPass):
             self.waiting.remove(name)
             meta["et_init_buffer"] = True
         return super().placeholder(name, arg, meta)
+
+
+class StateWritesPlannedInPlace(MemoryPlanningPass):
+    """ExecuTorch's memory planning, with each write into a buffer planned where the buffer lies.
+
+    An in-place write into a buffer (a `copy_` of its write-back, or an `index_put_` the reinplace
+    pass made) returns the buffer, and the planner gives the write's result the buffer's place; but
+    the output node keeps the result's spec from before, so the method's arena got a second copy of
+    every buffer it writes, never used (executorch 1.5.1: a KV cache of 12 MiB in the arena of each
+    method that writes all of it). Here the output's spec of such a write is the buffer's."""
+
+    def run(self, graph_module, graph_signature=None):
+        output = graph_module.graph.output_node()
+        results, specs = output.args[0], output.meta.get("spec")
+        buffers = set(graph_signature.inputs_to_buffers) if graph_signature is not None else set()
+        if isinstance(specs, (tuple, list)) and len(specs) == len(results):
+            output.meta["spec"] = type(specs)(
+                _written_buffer(result, buffers, spec) for result, spec in zip(results, specs)
+            )
+        return super().run(graph_module, graph_signature)
+
+
+def _written_buffer(node, buffers: set[str], spec):
+    """The spec of the buffer that `node` writes in place (through a chain of in-place writes), else `spec`."""
+    written = node
+    while isinstance(written, torch.fx.Node) and _writes_first_argument(written):
+        written = written.args[0]
+    if written is not node and written.op == "placeholder" and written.name in buffers:
+        return written.meta["spec"]
+    return spec
+
+
+def _writes_first_argument(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is None or not schema.arguments or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    alias = schema.arguments[0].alias_info
+    return alias is not None and alias.is_write
 
 
 def _mutated_buffer_inputs(ep: ExportedProgram) -> list[str]:

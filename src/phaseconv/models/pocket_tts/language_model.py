@@ -253,16 +253,23 @@ class ClearCache(nn.Module):
     """Every slot of the cache to zero. A slot past a call's first position is masked, but enters
     the products with weight 0, and 0 * NaN is NaN: a cache must hold numbers before its first use
     (a loader that leaves out the method holding the buffers' initial values starts them from
-    uninitialized memory)."""
+    uninitialized memory). Each block is written in place from one block of zeros (`index_put_`
+    over its first dimension, which ExecuTorch runs in place): the method's memory is a block's,
+    not the cache's."""
 
     def __init__(self, flow_lm: nn.Module):
         super().__init__()
         self.transformer = flow_lm.transformer
 
     def forward(self) -> torch.Tensor:
+        zeros = {}
         for layer in self.transformer.layers:
             for cache in layer.self_attn.blocks("keys") + layer.self_attn.blocks("values"):
-                cache.copy_(torch.zeros_like(cache))
+                # zeros computed at run time: a constant of a block's bytes would take the place of the
+                # cache's initial value in the file (runtimes/executorch.py, _check_initial_values)
+                if cache.shape not in zeros:
+                    zeros[cache.shape] = torch.zeros_like(cache)
+                torch.ops.aten.index_put_(cache, (torch.arange(cache.shape[0]),), zeros[cache.shape])
         return torch.zeros(1)
 
 

@@ -2,9 +2,10 @@
 
     embed_text(tokens [1, T]) -> embeddings [1, T, D]            the text conditioning
     voice_start() -> [1, 1, D]                                   the conditioning before a voice prompt
-    encode_voice(audio [1, 1, 8 * frame]) -> [1, 8, D]           Mimi's encoder and the speaker
-    reset_encoder() -> zero [1]                                    projection, 8 frames a call, streamed
-    prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D] conditioning into the LM's cache
+    encode_voice(audio [1, 1, 4 * frame]) -> [1, 4, D]           Mimi's encoder and the speaker
+    reset_encoder() -> zero [1]                                    projection, 4 frames a call, streamed
+    prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D] conditioning into the LM's cache,
+                                                                 T <= 128 a call
     generate_b(latent, start, noise, positions [1]) -> (latent, eos_logit)  one 80 ms frame, at a
                                                                  position in the cache's block b
     clear_cache() -> zero [1]                                    the LM's cache to zeros
@@ -65,8 +66,12 @@ DEFAULT_CAPACITY = 384
 # A chunk's tokens at most: pocket-tts's MAX_TOKEN_PER_CHUNK (50) is where it splits; a sentence with
 # no punctuation to split at can run longer.
 MAX_TEXT_TOKENS = 128
-# Frames of a voice prompt per call of encode_voice (80 ms each): its activations' memory.
-VOICE_FRAMES_PER_CALL = 8
+# Tokens per call of prompt, at most: its activations' memory grows with them (english_18m: 25 MiB
+# planned for 384, 8.6 for 128), so a longer voice prompt (above 10 s) takes several calls.
+PROMPT_TOKENS_PER_CALL = MAX_TEXT_TOKENS
+# Frames of a voice prompt per call of encode_voice (80 ms each): its activations' memory
+# (english_18m: 16.4 MiB planned for 8, 8.2 for 4).
+VOICE_FRAMES_PER_CALL = 4
 # The int8 decoder's calibration: frames the language model generates in a row after this many random
 # text tokens (the scales of a streaming step depend on its state: the frames are fed in order).
 CALIBRATION_FRAMES, CALIBRATION_TOKENS = 40, 20
@@ -223,6 +228,7 @@ def settings_of(tts: nn.Module, config: str, capacity: int) -> dict:
         "capacity": capacity,
         "cache_block": CACHE_BLOCK,
         "max_text_tokens": MAX_TEXT_TOKENS,
+        "prompt_tokens_per_call": min(PROMPT_TOKENS_PER_CALL, capacity),
         "n_bins": settings.flow_lm.lookup_table.n_bins,
         "latent_dim": tts.flow_lm.ldim,
         "sample_rate": tts.sample_rate,
@@ -322,7 +328,7 @@ def tts_programs(
     decode, voice = Decode(tts, MimiStep(tts.mimi)), EncodeVoice(tts)
     dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
     tokens = Dim("tokens", min=1, max=MAX_TEXT_TOKENS)
-    positions = Dim("positions", min=1, max=capacity)
+    positions = Dim("positions", min=1, max=min(PROMPT_TOKENS_PER_CALL, capacity))
     one, latent, noise = torch.zeros(1), torch.zeros(1, 1, ldim), torch.zeros(1, ldim)
     methods = {
         "embed_text": (EmbedText(tts), (torch.zeros(1, 5, dtype=torch.long),), ({1: tokens},)),
