@@ -180,7 +180,14 @@ def tts(data: dict) -> str:
         for row in data["rows"]
         if "file_mib" in row
     ]
-    memory_header = ["config", "program", "file MiB", "resident after load MiB", "after one sentence MiB", "/ file"]
+    memory_header = [
+        "config",
+        "program",
+        "file MiB",
+        "resident after load MiB",
+        "after a sentence in a voice MiB",
+        "/ file",
+    ]
     memory_header.append("decoder reset ms")
     quality = [
         [

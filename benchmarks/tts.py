@@ -26,9 +26,9 @@ variant, so each speaks pocket-tts's maximum number of frames for the text, (tok
 Reported per run: frames, time to first audio from the text (the voice prompt, once per voice, is
 timed apart), real-time factor (generation time over audio duration), per-frame medians of the LM
 and decoder calls. Then, for each program, resident memory in a fresh process that only loads it
-and speaks one sentence (XNNPACK's weight cache on, as the runner loads), against its file size, and
-for each quantized program, its audio's SNR against the fp32 program's at temperature 0 and the
-frames its end of speech came at under the config's rule.
+and speaks one sentence in a voice (XNNPACK's weight cache on, as the runner loads), against its
+file size, and for each quantized program, its audio's SNR against the fp32 program's at
+temperature 0 and the frames its end of speech came at under the config's rule.
 """
 
 from __future__ import annotations
@@ -63,9 +63,10 @@ PIPELINED = ", decoder in a second process"
 
 
 def memory_worker(program: Path, tokenizer: Path) -> None:
-    """In a fresh process: resident memory before the load, after it, and after one sentence, the
-    runner's code (pocket-tts's text handling: 81 MiB of modules) imported before; then the time a
-    decoder reset takes."""
+    """In a fresh process: resident memory before the load, after it, and after one sentence spoken
+    in the voice beside the tokenizer (its prompt encoded: every method has run), the runner's code
+    (pocket-tts's text handling: 81 MiB of modules) imported before; then the time a decoder reset
+    takes."""
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(1)
@@ -73,13 +74,14 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
     import pocket_tts.models.tts_model  # noqa: F401
 
     import phaseconv.models.pocket_tts.program  # noqa: F401
-    from phaseconv.tts import Speaker, SpeechProgram, SpeechReport
+    from phaseconv.tts import Speaker, SpeechProgram, SpeechReport, Voice
 
     before = resident_mib()
     speech = SpeechProgram(program)
     loaded = resident_mib()
     speaker = Speaker(speech, tokenizer, 0.0)
-    speaker.set_voice(None)
+    settings = speech.settings
+    speaker.set_voice(Voice(tokenizer.parent / "voice.wav", settings["sample_rate"], settings["frame_size"]))
     speaker.speak(TEXTS["10 words"], lambda pcm: None, SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0))
     spoken = resident_mib()
     memory = {"load_mib": loaded - before, "first_utterance_mib": spoken - before, "reset_ms": _reset_ms(speech)}
