@@ -108,7 +108,8 @@ def to_xnnpack(
     # copies: the stock lowering takes a tensor constant that several delegated ops read out of the
     # program it is given, which then neither lowers nor runs again (KeyError on the constant)
     # in the emitter's order (by name), so that a buffer's initial value is in the first method emitted
-    # that has it (InitialValueOnce), before any constant of the same bytes (_own_initial_values)
+    # that has it (InitialValueOnce): a reset's constant of the same bytes, in a later method, cannot
+    # take its place (_own_initial_values repairs the cases left)
     programs = {
         name: copy_program(program)
         for name, program in sorted((ep if isinstance(ep, dict) else {"forward": ep}).items())

@@ -265,8 +265,6 @@ class ClearCache(nn.Module):
         zeros = {}
         for layer in self.transformer.layers:
             for cache in layer.self_attn.blocks("keys") + layer.self_attn.blocks("values"):
-                # zeros computed at run time: a constant of a block's bytes would take the place of the
-                # cache's initial value in the file (runtimes/executorch.py, _check_initial_values)
                 if cache.shape not in zeros:
                     zeros[cache.shape] = torch.zeros_like(cache)
                 torch.ops.aten.index_put_(cache, (torch.arange(cache.shape[0]),), zeros[cache.shape])

@@ -66,11 +66,11 @@ DEFAULT_CAPACITY = 384
 # A chunk's tokens at most: pocket-tts's MAX_TOKEN_PER_CHUNK (50) is where it splits; a sentence with
 # no punctuation to split at can run longer.
 MAX_TEXT_TOKENS = 128
-# Tokens per call of prompt, at most: its activations' memory grows with them (english_18m: 25 MiB
-# planned for 384, 8.6 for 128), so a longer voice prompt (above 10 s) takes several calls.
+# Tokens per call of prompt, at most: its activations' memory grows with them (english_18m: 25.1 MiB
+# planned for 384, 5.5 for 128), so a longer voice prompt (above 10 s) takes several calls.
 PROMPT_TOKENS_PER_CALL = MAX_TEXT_TOKENS
 # Frames of a voice prompt per call of encode_voice (80 ms each): its activations' memory
-# (english_18m: 16.4 MiB planned for 8, 8.2 for 4).
+# (english_18m: 16.4 MiB planned for 8, 9.2 for 4).
 VOICE_FRAMES_PER_CALL = 4
 # The int8 decoder's calibration: frames the language model generates in a row after this many random
 # text tokens (the scales of a streaming step depend on its state: the frames are fed in order).
