@@ -136,6 +136,20 @@ def streaming(data: dict) -> str:
     return _machine(data["meta"], "python benchmarks/streaming.py") + note + "\n\n" + _table(header, rows)
 
 
+def _planned(row: dict) -> str:
+    if "planned_methods_mib" not in row:  # measured before the plans were read
+        return "-"
+    return f"{row['planned_methods_mib']:.1f} + {row['planned_state_mib']:.1f}"
+
+
+def _program_own(row: dict) -> list[str]:
+    """The growth's shared library code (pages of libtorch the runner ran), and the rest against the file."""
+    if "library_code_mib" not in row:  # measured before the split
+        return ["-", "-"]
+    own = row["first_utterance_mib"] - row["library_code_mib"]
+    return [f"{row['library_code_mib']:.1f}", f"{own / row['file_mib']:.2f}"]
+
+
 def tts(data: dict) -> str:
     """Text to speech end to end, medians of the interleaved runs, and each program's memory."""
     groups: dict[tuple, list[dict]] = {}
@@ -172,9 +186,11 @@ def tts(data: dict) -> str:
             row["config"],
             row["variant"],
             f"{row['file_mib']:.1f}",
+            _planned(row),
             f"{row['load_mib']:.1f}",
             f"{row['first_utterance_mib']:.1f}",
             f"{row['first_utterance_mib'] / row['file_mib']:.2f}",
+            *_program_own(row),
             _ms(row["reset_ms"]),
         ]
         for row in data["rows"]
@@ -184,11 +200,14 @@ def tts(data: dict) -> str:
         "config",
         "program",
         "file MiB",
+        "planned: methods + state MiB",
         "resident after load MiB",
         "after a sentence in a voice MiB",
         "/ file",
+        "of it, library code MiB",
+        "the program's own / file",
+        "decoder reset ms",
     ]
-    memory_header.append("decoder reset ms")
     quality = [
         [
             row["config"],

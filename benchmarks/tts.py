@@ -48,7 +48,7 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.report import tts as tts_tables  # noqa: E402
-from benchmarks.workers import resident_mib, save_results, worker_rows  # noqa: E402
+from benchmarks.workers import library_code_mib, resident_mib, save_results, worker_rows  # noqa: E402
 
 console = Console(width=200)
 TEXTS = {
@@ -65,8 +65,9 @@ PIPELINED = ", decoder in a second process"
 def memory_worker(program: Path, tokenizer: Path) -> None:
     """In a fresh process: resident memory before the load, after it, and after one sentence spoken
     in the voice beside the tokenizer (its prompt encoded: every method has run), the runner's code
-    (pocket-tts's text handling: 81 MiB of modules) imported before; then the time a decoder reset
-    takes."""
+    (pocket-tts's text handling: 81 MiB of modules) imported before; of the growth, the pages of
+    library code the runner ran (libtorch's, reading the voice), which are not the program's; then
+    the time a decoder reset takes."""
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(1)
@@ -76,7 +77,7 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
     import phaseconv.models.pocket_tts.program  # noqa: F401
     from phaseconv.tts import Speaker, SpeechProgram, SpeechReport, Voice
 
-    before = resident_mib()
+    before, code_before = resident_mib(), library_code_mib(program)
     speech = SpeechProgram(program)
     loaded = resident_mib()
     speaker = Speaker(speech, tokenizer, 0.0)
@@ -84,7 +85,12 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
     speaker.set_voice(Voice(tokenizer.parent / "voice.wav", settings["sample_rate"], settings["frame_size"]))
     speaker.speak(TEXTS["10 words"], lambda pcm: None, SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0))
     spoken = resident_mib()
-    memory = {"load_mib": loaded - before, "first_utterance_mib": spoken - before, "reset_ms": _reset_ms(speech)}
+    memory = {
+        "load_mib": loaded - before,
+        "first_utterance_mib": spoken - before,
+        "library_code_mib": library_code_mib(program) - code_before,
+        "reset_ms": _reset_ms(speech),
+    }
     print(json.dumps(memory))
 
 
@@ -96,7 +102,20 @@ def memory_row(config: str, name: str, path: str, lowering_s: float, tokenizer: 
         raise SystemExit(f"the memory measurement of {path} failed:\n{process.stderr[-3000:]}")
     memory = json.loads(process.stdout.splitlines()[-1])
     file_mib = Path(path).stat().st_size / 2**20
-    return {"config": config, "threads": 1, "variant": name, "file_mib": file_mib, "lowering_s": lowering_s, **memory}
+    row = {"config": config, "threads": 1, "variant": name, "file_mib": file_mib, "lowering_s": lowering_s}
+    return row | planned_mib(Path(path)) | memory
+
+
+def planned_mib(path: Path) -> dict:
+    """What the program's execution plans reserve: each method's own memory (its temporaries, summed
+    over the methods), and the state they share (mutable buffers, held once)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(path.read_bytes())
+    plans = getattr(program, "program", program).execution_plan
+    methods = sum(sum(plan.non_const_buffer_sizes[1:2]) for plan in plans)
+    state = max(sum(plan.non_const_buffer_sizes[2:]) for plan in plans)
+    return {"planned_methods_mib": methods / 2**20, "planned_state_mib": state / 2**20}
 
 
 class EagerLmProgramDecoder:

@@ -38,6 +38,21 @@ def resident_mib() -> float:
     return float("nan")
 
 
+def library_code_mib(program: Path) -> float:
+    """Resident pages of files this process maps other than `program`: the code of shared libraries and
+    modules (libtorch's where the Python runner runs eager ops), shared with every process that maps
+    them and dropped under pressure; the rest of VmRSS is the program's: its file and private memory."""
+    kilobytes, name, own = 0, "", str(program.resolve())
+    with open("/proc/self/smaps") as smaps:  # line by line: the reading adds no memory of its own
+        for line in smaps:
+            fields = line.split()
+            if not fields[0].endswith(":"):  # a mapping's header: address perms offset device inode [path]
+                name = fields[5] if len(fields) > 5 else ""
+            elif fields[0] == "Rss:" and name.startswith("/") and name != own:
+                kilobytes += int(fields[1])
+    return kilobytes / 1024
+
+
 def machine() -> dict:
     """What the figures were measured on: architecture, CPU model, the widest vector unit torch uses."""
     import torch
