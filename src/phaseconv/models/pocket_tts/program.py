@@ -70,7 +70,8 @@ MAX_TEXT_TOKENS = 128
 # planned for 384, 5.5 for 128), so a long text chunk or a voice prompt above 5 s takes several calls.
 PROMPT_TOKENS_PER_CALL = 64
 # Frames of a voice prompt per call of encode_voice (80 ms each): its activations' memory, planned and
-# XNNPACK's (english_2m: 9.2 + 6.6 MiB for 4 frames, 3.8 + 2.0 for 1), against 40% more time.
+# XNNPACK's (english_2m: 9.2 + 6.6 MiB for 4 frames, 3.8 + 2.0 for 1), against about 1.5x the time
+# (each call reads the encoder's weights again: a 4 s voice 487 ms against 330, english_2m, 1 thread).
 VOICE_FRAMES_PER_CALL = 1
 # The int8 decoder's calibration: frames the language model generates in a row after this many random
 # text tokens (the scales of a streaming step depend on its state: the frames are fed in order).
