@@ -132,9 +132,13 @@ def table(rows: list[dict], runtime: str) -> Table:
     result.add_column("stock ms", justify="right")
     result.add_column("variant: ratio", justify="left")
     for row in rows:
-        ms = row["ms"]
-        ratios = ", ".join(f"{n} {ms['stock export'] / v:.2f}x" for n, v in ms.items() if n != "stock export")
-        result.add_row(row["model"], f"{ms['stock export']:.1f}", ratios)
+        ms, stock = row["ms"], row["ms"].get("stock export")
+        if stock is None:  # the stock conversion failed (Vocos's complex spectrum): milliseconds instead
+            times = ", ".join(f"{n} {v:.1f} ms" for n, v in ms.items())
+            result.add_row(row["model"], "failed", times)
+            continue
+        ratios = ", ".join(f"{n} {stock / v:.2f}x" for n, v in ms.items() if n != "stock export")
+        result.add_row(row["model"], f"{stock:.1f}", ratios)
     return result
 
 
