@@ -95,27 +95,19 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
 
 
 def memory_row(config: str, name: str, path: str, lowering_s: float, tokenizer: Path) -> dict:
-    """The program's memory_worker figures, measured in a process of their own, and its file's size."""
+    """The program's memory_worker figures, measured in a process of their own, its file's size and
+    what its plans reserve."""
+    from phaseconv.runtimes.pte import planned_bytes
+
     command = [sys.executable, __file__, "--memory", path, "--tokenizer", str(tokenizer)]
     process = subprocess.run(command, capture_output=True, text=True)
     if process.returncode != 0:  # say why, and keep the other rows
         raise SystemExit(f"the memory measurement of {path} failed:\n{process.stderr[-3000:]}")
     memory = json.loads(process.stdout.splitlines()[-1])
     file_mib = Path(path).stat().st_size / 2**20
+    methods, state = planned_bytes(Path(path).read_bytes())
     row = {"config": config, "threads": 1, "variant": name, "file_mib": file_mib, "lowering_s": lowering_s}
-    return row | planned_mib(Path(path)) | memory
-
-
-def planned_mib(path: Path) -> dict:
-    """What the program's execution plans reserve: each method's own memory (its temporaries, summed
-    over the methods), and the state they share (mutable buffers, held once)."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    program = deserialize_pte_binary(path.read_bytes())
-    plans = getattr(program, "program", program).execution_plan
-    methods = sum(sum(plan.non_const_buffer_sizes[1:2]) for plan in plans)
-    state = max(sum(plan.non_const_buffer_sizes[2:]) for plan in plans)
-    return {"planned_methods_mib": methods / 2**20, "planned_state_mib": state / 2**20}
+    return row | {"planned_methods_mib": methods / 2**20, "planned_state_mib": state / 2**20} | memory
 
 
 class EagerLmProgramDecoder:

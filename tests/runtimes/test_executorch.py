@@ -217,6 +217,18 @@ def test_a_method_that_writes_its_state_plans_no_second_copy_of_it():
     assert torch.equal(program.run((x, torch.tensor([0])), "write")[0], torch.ones(4))
 
 
+def test_the_planned_memory_read_from_a_file_holds_the_shared_state_once():
+    """planned_bytes: the state two methods share counted once, their own temporaries apart."""
+    from phaseconv.runtimes.executorch import to_xnnpack
+    from phaseconv.runtimes.pte import planned_bytes
+
+    size, x = 50_000, torch.ones(4, 1)
+    manager = to_xnnpack({"write": export(WriteAt(size), x, torch.tensor([0])), "start_over": export(StartOver(size))})
+    methods, state = planned_bytes(manager.buffer)
+    assert state == 4 * size * 4  # the cache, float32
+    assert 0 < methods < 4 * size * 4 / 10
+
+
 class ReadZeros(torch.nn.Module):
     def __init__(self, size: int):
         super().__init__()

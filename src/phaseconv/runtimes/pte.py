@@ -71,12 +71,25 @@ def summarize_pte(data: bytes) -> DelegationSummary:
     return summary
 
 
-def summarize_methods(data: bytes) -> dict[str, DelegationSummary]:
-    """The delegation summary of each method of a serialized program (constant methods left out)."""
+def _deserialize(data: bytes):
     try:
-        pte = deserialize_pte_binary(data)
+        return deserialize_pte_binary(data)
     except Exception as error:  # the deserializer raises anything from struct to flatbuffer errors
         raise PhaseconvError(f"not an ExecuTorch program: {type(error).__name__}: {error}") from None
+
+
+def planned_bytes(data: bytes) -> tuple[int, int]:
+    """What a serialized program's execution plans reserve: the methods' own memory (planned memory
+    id 1, their temporaries: summed over the methods, each has its own) and the state they share
+    (ids 2 on, mutable buffers: held once)."""
+    plans = _deserialize(data).program.execution_plan
+    methods = sum(sum(plan.non_const_buffer_sizes[1:2]) for plan in plans)
+    return methods, max(sum(plan.non_const_buffer_sizes[2:]) for plan in plans)
+
+
+def summarize_methods(data: bytes) -> dict[str, DelegationSummary]:
+    """The delegation summary of each method of a serialized program (constant methods left out)."""
+    pte = _deserialize(data)
     program = pte.program
     inline = set(pte.named_data.pte_data) if pte.named_data is not None else set()
     summaries = {}
