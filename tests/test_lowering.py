@@ -55,7 +55,7 @@ def test_lower_rejects_bad_arguments(program):
         phaseconv.lower(ep, backend="coreml")
     with pytest.raises(TypeError, match="ExportedProgram"):
         phaseconv.lower(torch.nn.Linear(2, 2))
-    choices = "choose one of any, x86-fma3, x86-avx512, host"
+    choices = "choose one of any, x86-fma3, x86-avx512, x86-avx512-amd, host"
     with pytest.raises(phaseconv.PhaseconvError, match=f"unknown target 'arm64'; {choices}"):
         phaseconv.lower(ep, target="arm64")
 
@@ -65,8 +65,11 @@ def test_the_host_target_is_one_the_rules_know(monkeypatch):
     from phaseconv.targets import host_target, resolve_target
 
     assert resolve_target("host") == host_target() in TARGET_RULES
-    for capability, target in [("AVX2", "x86-fma3"), ("AVX512", "x86-avx512"), ("DEFAULT", "any")]:
+    cases = [("AVX2", "GenuineIntel", "x86-fma3"), ("AVX2", "AuthenticAMD", "x86-fma3"), ("DEFAULT", "", "any")]
+    cases += [("AVX512", "GenuineIntel", "x86-avx512"), ("AVX512", "AuthenticAMD", "x86-avx512-amd")]
+    for capability, vendor, target in cases:
         monkeypatch.setattr("torch.backends.cpu.get_cpu_capability", lambda c=capability: c)
+        monkeypatch.setattr("phaseconv.targets.cpu_vendor", lambda v=vendor: v)
         assert host_target() == target
     monkeypatch.setattr("platform.machine", lambda: "aarch64")
     assert host_target() == "any"  # GEMM forms only where they were measured to pay

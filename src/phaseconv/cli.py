@@ -36,8 +36,9 @@ state = {"debug": False}
 
 PREPARE_HELP = "export a module as built, without phaseconv.prepare (weight_norm baked, conv settings static)"
 TARGET_HELP = (
-    f"the CPU the program is for ({', '.join(TARGETS)}): x86-fma3 also runs convolutions as GEMMs (winograd, im2col), "
-    "for x86-64 CPUs without AVX-512; x86-avx512 wide 3x3 ones (winograd), for those with it; host: this one"
+    f"the CPU the program is for ({', '.join(TARGETS)}): x86-fma3 also runs convolutions as GEMMs (winograd, "
+    "im2col), for x86-64 CPUs without AVX-512; x86-avx512 wide 3x3 ones (winograd) and linears weight first, "
+    "for those with it; x86-avx512-amd the same without weight-first linears, for AMD ones; host: this one"
 )
 
 

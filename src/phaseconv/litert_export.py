@@ -59,15 +59,17 @@ LITERT_RULES = (
 # conversion, LITERT_RULES -> these, 1 / 2 threads (`peer_rules.py --runtime litert --no-alone --only
 # NAME --threads T`, results/xeon/litert_export_rules.json): U-Net 0.98x -> 1.14x / 1.02x -> 1.08x,
 # StyleGAN2-like 2.04x -> 2.36x / 2.73x -> 2.82x, MI-GAN-like 2.49x -> 2.63x / 3.28x -> 3.37x.
-# Not measured on LiteRT without AVX-512: x86-fma3 takes the rules for any CPU.
-LITERT_TARGET_RULES = {"any": LITERT_RULES, "x86-fma3": LITERT_RULES, "x86-avx512": (*LITERT_RULES, AVX512_WINOGRAD)}
+# Not measured on LiteRT without AVX-512: x86-fma3 takes the rules for any CPU; an AMD one with AVX-512
+# those of x86-avx512 (its benchmarks/models.py LiteRT rows on a Zen 5 were made so).
+LITERT_TARGET_RULES = {"any": LITERT_RULES, "x86-fma3": LITERT_RULES}
+LITERT_TARGET_RULES |= dict.fromkeys(("x86-avx512", "x86-avx512-amd"), (*LITERT_RULES, AVX512_WINOGRAD))
 
 
 def export_litert(
     ep: ExportedProgram, path: str | Path | None = None, rules=None, calibration=None, target: str = "any"
 ) -> tuple[bytes, list[Decision]]:
-    """Rewrite `ep` with `rules` (those that pay on LiteRT for the CPU `target` if None: any, x86-fma3,
-    x86-avx512 or host) and convert it to a LiteRT model; write it to `path` (atomically) if given.
+    """Rewrite `ep` with `rules` (those that pay on LiteRT for the CPU `target` if None: one of
+    phaseconv.targets.TARGETS) and convert it to a LiteRT model; write it to `path` (atomically) if given.
     With `calibration` (input tuples), the rewritten program is quantized to int8 first (static,
     per-channel weights, litert-torch's quantizer): the polyphase convolutions get their own scales.
 

@@ -86,7 +86,7 @@ def lower(
     weight_cache: bool = True,
 ) -> LoweredProgram:
     """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`, tuned for the
-    CPU `target` ("any", "x86-fma3", "x86-avx512" or "host": phaseconv.targets).
+    CPU `target` ("any", "x86-fma3", "x86-avx512", "x86-avx512-amd" or "host": phaseconv.targets).
 
     weight_cache=False lowers for a loader without XNNPACK's weight cache: a weight that several
     linears read (an unrolled LSTM's recurrent weight) reaches them at run time, packed at each call,

@@ -197,7 +197,7 @@ def bad_files(tmp_path, pt2, pte):
         ("factory_returns_junk", ["must return (nn.Module, example_inputs)"]),
         ("unexportable", ["torch.export failed"]),
         ("unknown_backend", ["unknown backend 'coreml'"]),
-        ("unknown_target", ["unknown target 'arm64'", "any, x86-fma3, x86-avx512, host"]),
+        ("unknown_target", ["unknown target 'arm64'", "any, x86-fma3, x86-avx512, x86-avx512-amd, host"]),
         ("missing_folder", ["does not exist"]),
         ("folder_is_a_file", ["cannot write"]),
     ],

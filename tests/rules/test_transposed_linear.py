@@ -65,6 +65,8 @@ def test_a_wide_convolution_of_16_steps_becomes_windows_and_a_weight_first_linea
     assert not decision.applied and "they stay in cache" in decision.reason
 
 
-def test_only_the_avx512_target_takes_it():
+def test_only_the_intel_avx512_target_takes_it():
     assert "transposed_linear" in {r.name for r in TARGET_RULES["x86-avx512"]}
     assert "transposed_linear" not in {r.name for r in TARGET_RULES["any"]}
+    amd = {r.name for r in TARGET_RULES["x86-avx512-amd"]}  # its run-time-weight operator is slow there
+    assert {"transposed_linear", "short_conv"}.isdisjoint(amd) and "winograd" in amd

@@ -82,6 +82,11 @@ TARGET_RULES: dict[str, tuple[Rule, ...]] = {
     )
     + (TransposedLinearRule(),),
 }
+# ... and for an AMD one with AVX-512 (a Zen 5), Winograd as there, without the weight-first linears:
+# XNNPACK's run-time-weight operator streams W at 13 GB/s there whatever the rows (rules/transposed_linear.py)
+TARGET_RULES["x86-avx512-amd"] = tuple(
+    r for r in TARGET_RULES["x86-avx512"] if r.name not in ("transposed_linear", "short_conv")
+)
 # What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32,
 # and no split of large float weights (int8 weights are a quarter of the size: measured for fp32).
 PRE_QUANTIZATION_RULES: tuple[Rule, ...] = tuple(
