@@ -20,8 +20,9 @@
   results/variants.json): XNNPACK's run-time-weight fully connected operator streams its input at
   13.4 GB/s there whatever the rows (`operators.py --rows`: 16 rows of 67 MB, 5.02 ms weight first,
   4.28 as stored), so pocket-tts's decoder step ran 5.57 -> 4.83 ms, Mimi's decoder on 25 frames
-  60.6 -> 54.4, EnCodec's 23.0 -> 21.0 (the others within 1%); Winograd pays as on the Xeon (U-Net
-  19.6 -> 17.6 ms for any -> x86-avx512, the StyleGAN2-like network 17.2 -> 15.2);
+  60.6 -> 54.4, EnCodec's 23.0 -> 21.0, but Mimi's on 1 frame 6.63 -> 6.87 (the others within 1%);
+  Winograd pays as on the Xeon (U-Net 19.6 -> 17.6 ms for any -> x86-avx512, the StyleGAN2-like
+  network 17.2 -> 15.2);
 - "host": the CPU this runs on, as one of the above (what the benchmarks and `phaseconv bench` use).
 """
 
