@@ -57,19 +57,14 @@ def machine() -> dict:
     """What the figures were measured on: architecture, CPU model, the widest vector unit torch uses."""
     import torch
 
-    names = [line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")]
+    from phaseconv.targets import cpuinfo
+
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo().splitlines() if line.startswith("model name")]
     return {
         "machine": platform.machine(),
         "cpu": names[0] if names else platform.processor(),
         "vector_unit": torch.backends.cpu.get_cpu_capability(),
     }
-
-
-def _cpuinfo() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return []
 
 
 def saved_rows(path: Path, key: str = "rows") -> list[dict]:

@@ -36,11 +36,18 @@ from phaseconv.errors import PhaseconvError
 TARGETS = ("any", "x86-fma3", "x86-avx512", "x86-avx512-amd", "host")
 
 
+def cpuinfo() -> str:
+    """/proc/cpuinfo's text on Linux; "" where there is none or it cannot be read."""
+    try:
+        return Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def cpu_vendor() -> str:
     """The x86 vendor string ("GenuineIntel", "AuthenticAMD"), from /proc/cpuinfo on Linux and the
     processor name elsewhere; "" when neither says."""
-    cpuinfo = Path("/proc/cpuinfo")
-    text = cpuinfo.read_text(errors="replace") if cpuinfo.is_file() else platform.processor()
+    text = cpuinfo() or platform.processor()
     return next((vendor for vendor in ("GenuineIntel", "AuthenticAMD") if vendor in text), "")
 
 
