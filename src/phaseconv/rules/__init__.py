@@ -8,6 +8,7 @@ from phaseconv.rules.elu import EluRule
 from phaseconv.rules.fold_constants import FoldConstantsRule
 from phaseconv.rules.group_norm import GroupNormRule
 from phaseconv.rules.im2col import Im2colRule
+from phaseconv.rules.interleaved_rope import InterleavedRopeRule
 from phaseconv.rules.istft import IstftRule
 from phaseconv.rules.layer_norm import LayerNormRule
 from phaseconv.rules.lift_1d import Lift1dRule
@@ -40,6 +41,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     GroupNormRule(),
     AttentionRule(),
     RotateHalfRule(),
+    InterleavedRopeRule(),
     MeanRule(),
     VarianceRule(),
     ViewRule(),
@@ -88,11 +90,12 @@ TARGET_RULES["x86-avx512-amd"] = tuple(
     r for r in TARGET_RULES["x86-avx512"] if r.name not in ("transposed_linear", "short_conv")
 )
 # What phaseconv.quantize rewrites with before quantizing: no pad that its quantizer leaves in fp32,
-# and no split of large float weights (int8 weights are a quarter of the size: measured for fp32).
+# no split of large float weights (int8 weights are a quarter of the size: measured for fp32), and
+# no rotary embedding as a linear layer (the quantizer would make its signed permutation int8).
 PRE_QUANTIZATION_RULES: tuple[Rule, ...] = tuple(
     ConvTransposeRule(crop_by_phase=False) if r.name == "conv_transpose" else r
     for r in DEFAULT_RULES
-    if r.name != "split_conv"
+    if r.name not in ("split_conv", "interleaved_rope")
 )
 
 __all__ = [
