@@ -33,6 +33,8 @@
   lowered for x86-avx512 with the linears of 8-128 rows weight first, or without;
 - short_conv: the same, with the large-weight 1-D convolutions of 8-128 steps as windows and a
   weight-first linear, or without.
+- interleaved_rope: pocket-tts's decoder steps (english_18m, english_2026-09) lowered for x86-avx512-amd,
+  RoPE's interleaved pairs as a pair-swapping linear and products, or as pocket-tts writes them.
 - no_weight_cache: EnCodec's decoder loaded without the cache, lowered as `phaseconv lower` does
   (a private packed copy of each recurrent weight per step) or as `lower --no-weight-cache` does
   (the shared weights given at run time, packed at each step).
@@ -348,6 +350,15 @@ def main(
                 module, inputs = decoders[label]()
             module = module if isinstance(module, torch.export.ExportedProgram) else phaseconv.prepare(module)
             cases.append((f"{label} ({rule})", module, inputs, variants))
+    amd = (TARGET_RULES["x86-avx512-amd"], PHASECONV_LOWERING)
+    without_rope = (tuple(r for r in amd[0] if r.name != "interleaved_rope"), amd[1])
+    for config in ("english_18m_2026-10", "english_2026-09"):
+        label = f"pocket-tts {config} step (interleaved_rope)"
+        if only.lower() in label.lower():
+            from phaseconv.models.pocket_tts import MimiStep, build_mimi
+
+            variants = {"for x86-avx512-amd": amd, "RoPE as pocket-tts writes it": without_rope}
+            cases.append((label, MimiStep(build_mimi(config)), (torch.randn(1, 1, 32),), variants))
     with_and_without(
         "split_conv",
         ("DAC decoder 1 s", "HiFi-GAN V1 100 frames", "SpeechT5 HiFi-GAN 100 frames", "Mimi decoder 25 frames"),

@@ -8,8 +8,8 @@ Kyutai's RoPE (pocket-tts's flow language model and Mimi's transformer) rotates 
 
 which XNNPACK runs as two slices of the innermost pairs and their views, four products, a
 difference, a sum and a stack (a cat of two views), twice per attention layer: pocket-tts's decoder
-step ran 1.54 ms per frame that way, 1.16 in the form below (english_18m; english_2026-09 4.48 ->
-4.27). The same values:
+step ran 2.75 ms per frame that way, 2.44 in the form below (english_18m; english_2026-09 4.88 ->
+4.66; `python benchmarks/variants.py --only "(interleaved_rope)"`). The same values:
 
     y = x * C + (x @ P) * S,   C[2i] = C[2i + 1] = cos[i],  S likewise,
     (x @ P)[2i] = -x[2i + 1],  (x @ P)[2i + 1] = x[2i]
