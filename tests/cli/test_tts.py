@@ -51,8 +51,9 @@ def test_wav_and_summary(program, tokenizer, tmp_path):
 
 
 @WHOLE_PROGRAM
-def test_pcm_on_stdout_and_a_reader_that_closes_early(program, tokenizer):
-    args = [*PHASECONV, "tts", str(program), "Hello there.", "--tokenizer", str(tokenizer), "--pcm"]
+@pytest.mark.parametrize("pipeline", [[], ["--pipeline"]], ids=["one process", "decoder in a second process"])
+def test_pcm_on_stdout_and_a_reader_that_closes_early(program, tokenizer, pipeline):
+    args = [*PHASECONV, "tts", str(program), "Hello there.", "--tokenizer", str(tokenizer), "--pcm", *pipeline]
     whole = subprocess.run(args, capture_output=True, cwd=ROOT, timeout=600)
     assert whole.returncode == 0 and len(whole.stdout) % (1920 * 2) == 0 and len(whole.stdout) > 1000
     # more audio than a pipe holds (64 KiB): the writes after the reader is gone fail
