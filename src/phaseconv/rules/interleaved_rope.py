@@ -22,6 +22,7 @@ b*cos + a*sin = a*sin + b*cos.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +33,8 @@ from phaseconv.rules.base import Skip
 
 aten = torch.ops.aten
 CASTS = (aten.to.dtype, aten._to_copy.default, aten.alias.default)
-DOUBLED = "phaseconv_doubled"  # meta of the first node of a cos's doubling: the doubled node
+# Per editor (one stage of one rewrite): each cos or sin node and its doubling, made once
+DOUBLED: weakref.WeakKeyDictionary[ProgramEditor, dict[Node, Node]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -186,14 +188,14 @@ def _doubled(angle: Node, editor: ProgramEditor) -> Node:
     shape = list(angle.meta["val"].shape)
     if shape[-1] == 1:
         return angle
-    for user in angle.users:
-        if DOUBLED in user.meta:
-            return user.meta[DOUBLED]
+    made = DOUBLED.setdefault(editor, {})
+    if angle in made:
+        return made[angle]
     anchor = angle.next
     column = editor.emit(anchor, aten.view.default, angle, [*shape, 1])
     ones = editor.new_constant(torch.ones([1] * len(shape) + [2], dtype=angle.meta["val"].dtype), f"{angle.name}_twice")
     doubled = editor.emit(
         anchor, aten.view.default, editor.emit(anchor, aten.mul.Tensor, column, ones), [*shape[:-1], 2 * shape[-1]]
     )
-    column.meta[DOUBLED] = doubled
+    made[angle] = doubled
     return doubled
