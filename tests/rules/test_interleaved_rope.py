@@ -109,3 +109,13 @@ def test_a_dynamic_length_is_declined():
 
 def test_quantization_keeps_the_rotation_out_of_int8():
     assert "interleaved_rope" not in {rule.name for rule in PRE_QUANTIZATION_RULES}
+
+
+def test_parts_already_sliced_by_the_views_rule_are_taken_too():
+    ep = export(Rotary(), *inputs())
+    sliced = phaseconv.rewrite(ep, ["views"])  # r[..., i] as a view of a one-wide slice
+    assert aten.select.int not in [n.target for n in sliced.graph.nodes]
+    decisions = decisions_of("interleaved_rope", sliced)
+    assert len(decisions) == 2 and all(d.applied for d in decisions), decisions
+    x = inputs()
+    assert torch.equal(run(phaseconv.rewrite(sliced), *x), run(ep, *x))

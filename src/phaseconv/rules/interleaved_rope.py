@@ -30,6 +30,7 @@ from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
 from phaseconv.rules.base import Skip
+from phaseconv.rules.rotate_half import last_dim_slice
 
 aten = torch.ops.aten
 CASTS = (aten.to.dtype, aten._to_copy.default, aten.alias.default)
@@ -68,25 +69,24 @@ def _uncast(node) -> Node:
 
 
 def _part(node: Node) -> tuple[Node, int] | None:
-    """(r, i) when `node` is r[..., i] of a last dimension of 2: a select, or a view of a slice."""
+    """(r, i) when `node` is r[..., i] of a last dimension of 2: a select, or a view of a one-wide slice."""
     node = _uncast(node)
     if not isinstance(node, Node) or node.op != "call_function":
         return None
     if node.target == aten.select.int:
         pairs, dim, index = node.args
-    elif node.target == aten.view.default and _uncast(node.args[0]).target == aten.slice.Tensor:
-        sliced = _uncast(node.args[0])
-        pairs, dim, start = sliced.args[:3]
-        end, step = (list(sliced.args[3:]) + [None, 1])[:2]
-        if step != 1 or end != start + 1 or tuple(node.meta["val"].shape) != tuple(sliced.meta["val"].shape[:-1]):
+        if dim % pairs.meta["val"].dim() != pairs.meta["val"].dim() - 1:
             return None
-        index = start
+    elif node.target == aten.view.default and last_dim_slice(sliced := _uncast(node.args[0])) is not None:
+        pairs, index, _ = last_dim_slice(sliced)
+        kept = sliced.meta["val"].shape
+        if kept[-1] != 1 or tuple(node.meta["val"].shape) != tuple(kept[:-1]):
+            return None
     else:
         return None
-    shape = pairs.meta["val"].shape
-    if dim % len(shape) != len(shape) - 1 or shape[-1] != 2 or index % 2 not in (0, 1):
+    if pairs.meta["val"].shape[-1] != 2:
         return None
-    return pairs, index % 2
+    return pairs, (index or 0) % 2
 
 
 def _part_product(node) -> tuple[tuple[Node, int], Node] | None:

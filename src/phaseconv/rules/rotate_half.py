@@ -36,7 +36,7 @@ def rotation(half: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.cat([torch.cat([zero, -eye], 1), torch.cat([eye, zero], 1)], 0)
 
 
-def _last_dim_slice(node: Node) -> tuple[Node, int, int] | None:
+def last_dim_slice(node: Node) -> tuple[Node, int, int] | None:
     """(x, start, end) when `node` is x[..., start:end] with step 1."""
     if node.op != "call_function" or node.target != aten.slice.Tensor:
         return None
@@ -61,15 +61,15 @@ class RotateHalfRule:
         return (
             isinstance(negated, Node)
             and negated.target == aten.neg.default
-            and _last_dim_slice(negated.args[0]) is not None
+            and last_dim_slice(negated.args[0]) is not None
             and isinstance(kept, Node)
-            and _last_dim_slice(kept) is not None
+            and last_dim_slice(kept) is not None
         )
 
     def check(self, node: Node, editor: ProgramEditor) -> RotateHalfPlan | Skip:
         negated, kept = node.args[0]
-        source, start, end = _last_dim_slice(negated.args[0])
-        other, other_start, other_end = _last_dim_slice(kept)
+        source, start, end = last_dim_slice(negated.args[0])
+        other, other_start, other_end = last_dim_slice(kept)
         value = source.meta["val"]
         width, rank = value.shape[-1], value.dim()
         dim = node.args[1] if len(node.args) > 1 else 0
