@@ -1,4 +1,7 @@
-"""phaseconv.quantize's keep_float: named submodules stay fp32 between int8 neighbours, one partition."""
+"""phaseconv.quantize's fp32 operators: named submodules (keep_float), positions and rotary embeddings stay
+fp32 between int8 neighbours, one partition."""
+
+import copy
 
 import pytest
 import torch
@@ -8,7 +11,8 @@ import phaseconv
 from phaseconv.errors import PhaseconvError
 from phaseconv.graph.quantized import QUANTIZE
 from phaseconv.quantize import quantize, snr_db
-from tests.helpers import lower_and_run, run
+from tests.helpers import STATE_WRITES, decisions_of, lower_and_run, run
+from tests.rules.test_interleaved_rope import apply_rope
 
 aten = torch.ops.aten
 
@@ -84,3 +88,51 @@ def test_ops_sharing_int8_parameters_with_a_kept_module_stay_float_too():
     assert summary.partitions == 1
     output_step = [n for n in kept.graph.nodes if n.target == QUANTIZE][-1].args[1]
     torch.testing.assert_close(out, run(kept, x), rtol=0, atol=2 * output_step)
+
+
+class RotatedStep(nn.Module):
+    """A streaming step as pocket-tts's decoder attention has it: queries and keys rotated (Kyutai's
+    RoPE) at the position a buffer holds, which each call advances by its steps."""
+
+    def __init__(self, heads=4, width=16):
+        super().__init__()
+        self.heads, self.width = heads, width
+        self.project, self.out = nn.Linear(heads * width, 2 * heads * width), nn.Linear(heads * width, 8)
+        self.register_buffer("position", torch.zeros(1))
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k = self.project(x).view(b, t, 2, self.heads, self.width).unbind(2)
+        q, k = apply_rope(q, k, self.position)
+        self.position.add_(float(t))
+        return self.out((q * k).reshape(b, t, -1))
+
+
+def test_positions_and_rotations_stay_fp32_past_the_calibrated_positions():
+    """int8 would round the position counter to its calibrated scale and stop it at the last position
+    calibration saw; the rotation would be requantized op by op. Both stay fp32: after 3 calls of
+    calibration, 40 calls go on counting exactly and stay as close to fp32 as the first."""
+    torch.manual_seed(0)
+    net, steps = RotatedStep().eval(), 16
+    calibration = [(torch.randn(1, steps, 64),) for _ in range(3)]
+    quantized = quantize(net, calibration)
+    calls = [torch.randn(1, steps, 64) for _ in range(40)]
+    reference, module = copy.deepcopy(net), copy.deepcopy(quantized.module())
+    with torch.no_grad():
+        snrs = [snr_db(reference(x), module(x)) for x in calls]
+    assert float(module.position) == 40 * steps
+    assert min(snrs[3:]) > min(snrs[:3]) - 3, snrs
+    quantized_ops = {n.args[0].target for n in quantized.graph.nodes if n.target == QUANTIZE}
+    assert not quantized_ops & {aten.stack.default, aten.cos.default, aten.add.Tensor}, quantized_ops
+
+
+def test_a_quantized_rotation_is_rewritten_at_lowering_in_one_partition():
+    torch.manual_seed(0)
+    x = torch.randn(1, 16, 64)
+    quantized = quantize(RotatedStep().eval(), [(torch.randn(1, 16, 64),) for _ in range(3)] + [(x,)])
+    decisions = decisions_of("interleaved_rope", quantized)
+    assert len(decisions) == 2 and all(d.applied for d in decisions), decisions
+    summary, (out,) = lower_and_run(phaseconv.rewrite(quantized), x)
+    assert summary.partitions == 1 and set(summary.outside) <= STATE_WRITES, summary
+    output_step = [n for n in quantized.graph.nodes if n.target == QUANTIZE][-1].args[1]
+    torch.testing.assert_close(out, run(quantized, x), rtol=0, atol=2 * output_step)

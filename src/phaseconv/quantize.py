@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -43,6 +44,9 @@ def quantize(
     depthwise transposed convolution, which the XNNPACK quantizer leaves in fp32 and XNNPACK then
     cannot lower between int8 neighbours ("Weight and Input should both be quantized").
     `keep_float`: names of submodules (as `named_modules` gives them) whose operators stay fp32.
+    Always fp32: the operators no input reaches (phaseconv.graph.keep_float.input_independent: a
+    position counter in int8 would stop at calibration's last position) and rotary embeddings of
+    interleaved pairs (rules/interleaved_rope.py makes them exact at lowering).
     """
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -50,7 +54,7 @@ def quantize(
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from phaseconv.graph.keep_float import KeepFloat, from_modules, require_modules
+    from phaseconv.graph.keep_float import KeepFloat, require_modules
 
     if mode not in MODES:
         raise PhaseconvError(f"unknown quantization mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -79,17 +83,30 @@ def quantize(
     if rewrite_first:
         program = rewrite_program(program, rules=PRE_QUANTIZATION_RULES)
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=mode == "dynamic")
-    # A copy: calibration runs the program, which writes its state buffers (a streaming step's).
-    quantizer = XNNPACKQuantizer().set_global(config)
-    if keep_float:
-        # the filter keeps patterns that cross into a kept module (conv + relu) from matching at all
-        quantizer = KeepFloat(quantizer.set_filter_function(lambda n: not from_modules(n, keep_float)), keep_float)
-    prepared = prepare_pt2e(copy_program(program).module(), quantizer)
+    quantizer = KeepFloat(XNNPACKQuantizer().set_global(config), partial(float_nodes, names=keep_float))
+    module = copy_program(program).module()  # calibration writes the state buffers of a streaming step
+    initial = {name: buffer.clone() for name, buffer in module.named_buffers()}
+    prepared = prepare_pt2e(module, quantizer)
     with torch.no_grad():
         for inputs in calibration:
             prepared(*inputs)
-        quantized = torch.export.export(convert_pt2e(prepared), calibration[0])
+        converted = convert_pt2e(prepared)  # its constant folding runs the buffer writes no input reaches
+        for name, buffer in converted.named_buffers():  # the int8 program starts where the program does
+            if name in initial:
+                buffer.copy_(initial[name])
+        quantized = torch.export.export(converted, calibration[0])
     return fold_weight_quantization(quantized)
+
+
+def float_nodes(graph: torch.fx.Graph, names: Sequence[str]) -> set[torch.fx.Node]:
+    """The operators `quantize` leaves fp32: those of the named submodules, those no input reaches,
+    and rotations of interleaved pairs."""
+    from phaseconv.graph.keep_float import from_modules, input_independent
+    from phaseconv.rules.interleaved_rope import rotation_nodes
+
+    operators = [node for node in graph.nodes if node.op == "call_function"]
+    named = {node for node in operators if from_modules(node, names)}
+    return named.union(*(rotation_nodes(node) for node in operators), input_independent(graph))
 
 
 def has_grouped_deconvolution(program: ExportedProgram) -> bool:

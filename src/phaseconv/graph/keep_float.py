@@ -1,10 +1,10 @@
-"""Submodules kept fp32 in an int8 program: which operators come from them, and a quantizer that
-leaves those operators alone."""
+"""Operators kept fp32 in an int8 program: those of named submodules, those no input reaches, and a
+quantizer that leaves them alone."""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch.export import ExportedProgram
@@ -38,6 +38,18 @@ def require_modules(program: ExportedProgram, names: Sequence[str]) -> None:
             raise PhaseconvError(f"keep float: no operator of the program comes from a module {name!r}{hint}")
 
 
+def input_independent(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The operators no input of the graph reaches: values computed from buffers and constants alone
+    (a position counter, its rotary angles, an attention mask's running bias). In int8 a position
+    would be rounded to its calibrated scale (2.5 steps in pocket-tts's decoder step) and clamped
+    at the last position calibration saw."""
+    reached = {node for node in graph.nodes if node.op == "placeholder"}
+    for node in graph.nodes:  # in topological order
+        if any(source in reached for source in node.all_input_nodes):
+            reached.add(node)
+    return {node for node in graph.nodes if node.op == "call_function" and node not in reached}
+
+
 def shares_with(node: torch.fx.Node, others: set[torch.fx.Node]) -> bool:
     """The node's annotation shares int8 parameters with one of `others` (or an edge into or out of one)."""
     annotation = node.meta.get("quantization_annotation")
@@ -53,23 +65,25 @@ def shares_with(node: torch.fx.Node, others: set[torch.fx.Node]) -> bool:
 
 
 class KeepFloat(Quantizer):
-    """`quantizer`, except that every operator of the named submodules stays unannotated (fp32).
+    """`quantizer`, except that the operators `kept(graph)` picks stay unannotated (fp32).
     XNNPACKQuantizer's filter function alone does not do it: after the patterns, the quantizer propagates
     int8 to ops that only pass values on (relu, views), and a float convolution fed by a dequantize is
     one XNNPACK refuses ("Weight and Input should both be quantized")."""
 
-    def __init__(self, quantizer: Quantizer, names: Sequence[str]):
+    def __init__(self, quantizer: Quantizer, kept: Callable[[torch.fx.Graph], set[torch.fx.Node]]):
         super().__init__()
-        self.quantizer, self.names = quantizer, names
+        self.quantizer, self.kept = quantizer, kept
 
     def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
         return self.quantizer.transform_for_annotation(model)
 
     def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
-        """The quantizer's annotations, less those of the kept modules' nodes and (to a fixed point)
-        of every node whose int8 parameters were to be shared with an unannotated one."""
+        """The quantizer's annotations, less those of the kept nodes and (to a fixed point) of every
+        node whose int8 parameters were to be shared with an unannotated one."""
+        floats = self.kept(model.graph)
+        # the filter keeps patterns that cross into a kept node (conv + relu) from matching at all
+        self.quantizer.set_filter_function(lambda node: node not in floats)
         self.quantizer.annotate(model)
-        floats = {node for node in model.graph.nodes if from_modules(node, self.names)}
         while floats:
             for node in floats:
                 node.meta.pop("quantization_annotation", None)

@@ -122,6 +122,24 @@ def _rotation(stack: Node) -> tuple[Node, Node, Node] | None:
     return pairs, cos, sin
 
 
+def rotation_nodes(stack: Node) -> set[Node]:
+    """The operators of a rotation of interleaved pairs, from the pairs' view to `stack` (none when
+    `stack` is not one): what phaseconv.quantize keeps fp32, where the rotation is exact at lowering."""
+    found = _rotation(stack) if stack.target == aten.stack.default and len(stack.args[0]) == 2 else None
+    if found is None:
+        return set()
+    pairs, cos, sin = found
+    nodes, pending = set(), [stack]
+    while pending:
+        node = pending.pop()
+        if node in nodes or node in (cos, sin):
+            continue
+        nodes.add(node)
+        if node is not pairs:
+            pending += node.all_input_nodes
+    return nodes
+
+
 class InterleavedRopeRule:
     """stack([a*cos - b*sin, a*sin + b*cos], -1) of x's pairs a, b -> x * C + linear(x, P) * S."""
 
