@@ -105,3 +105,22 @@ def test_a_2d_interleave_the_program_returns_is_moved_in_rows_then_made_nchw():
     moves = [p for p in _transpose_permutations(lowered.buffer) if p not in layouts]
     assert moves and all(p[-1] == len(p) - 1 for p in moves), _transpose_permutations(lowered.buffer)
     assert_close(LoadedProgram(lowered.buffer).run((x,))[0], run(export(module, x), x))
+
+
+def test_an_int8_interleave_is_moved_on_the_buffer_with_its_quantization():
+    """Each link of an int8 chain is read through a quantize -> dequantize pair with the chain's
+    parameters; moved on the buffer with the same pairs, the program keeps its int8 bits."""
+    from phaseconv.quantize import quantize
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 16, 40)
+    quantized = quantize(Upsampler1d().eval(), [(torch.randn(1, 16, 40),) for _ in range(4)] + [(x,)])
+    rewritten = phaseconv.rewrite(quantized, LOWERING_RULES)
+    programs = {}
+    for chains in (False, True):
+        buffer = to_xnnpack(rewritten, xnnpack_elu=True, shape_chains=chains).buffer
+        programs[chains] = (summarize_pte(buffer), LoadedProgram(buffer).run((x,))[0])
+    (before, stock_out), (after, out) = programs[False], programs[True]
+    assert after.partitions == 1 and not after.outside
+    assert after.layout_transposes < before.layout_transposes, (before.inside, after.inside)
+    assert torch.equal(out, stock_out)
