@@ -11,6 +11,7 @@ import phaseconv
 from phaseconv.errors import PhaseconvError
 from phaseconv.graph.quantized import QUANTIZE
 from phaseconv.quantize import quantize, snr_db
+from phaseconv.runtimes.executorch import LoadedProgram
 from tests.helpers import STATE_WRITES, decisions_of, lower_and_run, run
 from tests.rules.test_interleaved_rope import apply_rope
 
@@ -134,5 +135,23 @@ def test_a_quantized_rotation_is_rewritten_at_lowering_in_one_partition():
     assert len(decisions) == 2 and all(d.applied for d in decisions), decisions
     summary, (out,) = lower_and_run(phaseconv.rewrite(quantized), x)
     assert summary.partitions == 1 and set(summary.outside) <= STATE_WRITES, summary
+    output_step = [n for n in quantized.graph.nodes if n.target == QUANTIZE][-1].args[1]
+    torch.testing.assert_close(out, run(quantized, x), rtol=0, atol=2 * output_step)
+
+
+def test_an_elu_between_int8_neighbours_stays_one_operator_run_by_xnnpack_in_int8():
+    """A depthwise transposed convolution makes quantize rewrite first; the ELU stays an ELU, which
+    XNNPACK runs between the int8 convolutions (no exp, no converts of its own)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv1d(8, 16, 3), nn.ConvTranspose1d(16, 16, 4, 2, groups=16), nn.ELU(), nn.Conv1d(16, 8, 3)
+    ).eval()
+    x = torch.randn(1, 8, 24)
+    quantized = quantize(net, [(torch.randn(1, 8, 24),) for _ in range(4)] + [(x,)])
+    assert aten.elu.default in {n.target for n in quantized.graph.nodes}
+    lowered = phaseconv.lower(quantized)
+    assert lowered.summary.partitions == 1 and not lowered.summary.outside, lowered.summary
+    assert lowered.summary.inside["XNNELU"] == 1 and "XNNExp" not in lowered.summary.inside, lowered.summary.inside
+    (out,) = LoadedProgram(lowered.buffer).run((x,))
     output_step = [n for n in quantized.graph.nodes if n.target == QUANTIZE][-1].args[1]
     torch.testing.assert_close(out, run(quantized, x), rtol=0, atol=2 * output_step)
