@@ -36,7 +36,7 @@ from executorch.backends.xnnpack import xnnpack_preprocess
 from executorch.backends.xnnpack._passes import XNNPACKPassManager
 from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
 from executorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
-from executorch.backends.xnnpack.utils.quant_utils import is_dequant, is_quant, tag_as_implicit_q_dq
+from executorch.backends.xnnpack.utils.quant_utils import tag_as_implicit_q_dq
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 from torch.fx import Node
@@ -94,10 +94,10 @@ def _quantized_chain_from(first: Node, params: tuple) -> tuple[list[Node], Node]
     chain = [first]
     while True:
         (q,) = chain[-1].users if len(chain[-1].users) == 1 else (None,)
-        if q is None or not is_quant(q) or q.target != QUANTIZE or tuple(q.args[1:]) != params:
+        if q is None or q.target != QUANTIZE or tuple(q.args[1:]) != params:
             return None
         (dq,) = q.users if len(q.users) == 1 else (None,)
-        if dq is None or not is_dequant(dq) or tuple(dq.args[1:]) != params or len(dq.users) != 1:
+        if dq is None or dq.target != DEQUANTIZE or tuple(dq.args[1:]) != params or len(dq.users) != 1:
             break
         (user,) = dq.users
         if not _is_shape_op(user):
@@ -216,7 +216,7 @@ class ChannelsLastChainsPass(ChannelsLastTaggedReshapePass):
         if source.target == DEQUANTIZE:  # an int8 chain
             params = tuple(source.args[1:])
             found = _quantized_chain_from(first, params)
-            if found is None or not all(is_dequant(user) for user in found[1].users):
+            if found is None or any(user.target != DEQUANTIZE for user in found[1].users):
                 return False
             chain, end = found
             readers = [reader for dq in end.users for reader in dq.users]
