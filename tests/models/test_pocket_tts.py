@@ -91,7 +91,7 @@ def test_int8_step_with_its_output_block_kept_float():
     the program is still one partition, and the runtime follows the quantized program frame by frame."""
     from phaseconv.graph.keep_float import from_modules
     from phaseconv.graph.quantized import QUANTIZE
-    from phaseconv.quantize import quantize
+    from phaseconv.quantize import quantize, snr_db
 
     step = MimiStep(build_mimi(SMALL))
     latents = torch.randn(1, 20, step.latent_dim, generator=torch.Generator().manual_seed(3))
@@ -110,7 +110,12 @@ def test_int8_step_with_its_output_block_kept_float():
     with torch.no_grad():
         expected = torch.cat([module(latents[:, i : i + 1]) for i in range(20)], dim=-1)
     output_step = [n for n in quantized.graph.nodes if n.target == QUANTIZE][-1].args[1]
-    torch.testing.assert_close(stream_runtime(lowered.buffer, latents), expected, rtol=0, atol=2 * output_step)
+    # With ELU one operator (XNNPACK's int8 ELU) the runtime lands up to 4 output steps from the
+    # quantized program, 43.7 dB against it; with ELU decomposed, 1.2 steps and 43.5 dB. Not a drift:
+    # the same 3-4 steps on every frame.
+    out = stream_runtime(lowered.buffer, latents)
+    torch.testing.assert_close(out, expected, rtol=0, atol=4.5 * output_step)  # 4 steps, float rounding
+    assert snr_db(expected, out) > 40
 
 
 def test_step_module_equals_pocket_tts_in_eager_for_every_frame():
