@@ -122,10 +122,14 @@ def _rotation(stack: Node) -> tuple[Node, Node, Node] | None:
     return pairs, cos, sin
 
 
+def _is_stack_of_two(node: Node) -> bool:
+    return node.op == "call_function" and node.target == aten.stack.default and len(node.args[0]) == 2
+
+
 def rotation_nodes(stack: Node) -> set[Node]:
     """The operators of a rotation of interleaved pairs, from the pairs' view to `stack` (none when
     `stack` is not one): what phaseconv.quantize keeps fp32, where the rotation is exact at lowering."""
-    found = _rotation(stack) if stack.target == aten.stack.default and len(stack.args[0]) == 2 else None
+    found = _rotation(stack) if _is_stack_of_two(stack) else None
     if found is None:
         return set()
     pairs, cos, sin = found
@@ -146,7 +150,7 @@ class InterleavedRopeRule:
     name = "interleaved_rope"
 
     def matches(self, node: Node) -> bool:
-        return node.op == "call_function" and node.target == aten.stack.default and len(node.args[0]) == 2
+        return _is_stack_of_two(node)
 
     def check(self, node: Node, editor: ProgramEditor) -> InterleavedRopePlan | Skip:
         value = node.meta["val"]

@@ -78,32 +78,31 @@ def _replay(node: Node, value: torch.Tensor) -> torch.Tensor:
     return value.squeeze(node.args[1])
 
 
-def _chain_from(first: Node) -> list[Node] | None:
+def _only_reader(node: Node) -> Node | None:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def _is_with(node: Node | None, target, params: tuple) -> bool:
+    return node is not None and node.target == target and tuple(node.args[1:]) == params
+
+
+def _chain_from(first: Node, params: tuple | None = None) -> tuple[list[Node], Node] | None:
     """`first` and the shape ops after it, each the only reader of the one before, up to the first
-    with more readers or a reader that is not a shape op; None if one is dynamic or not float."""
-    chain = [first]
-    while len(chain[-1].users) == 1 and _is_shape_op(next(iter(chain[-1].users))):
-        chain.append(next(iter(chain[-1].users)))
-    return chain if all(_static_float(node) for node in chain) else None
-
-
-def _quantized_chain_from(first: Node, params: tuple) -> tuple[list[Node], Node] | None:
-    """The shape ops from `first` (which reads an int8 value's dequantize), each read through a
-    quantize -> dequantize pair with `params`, and the quantize that ends the chain; None if a link
-    is quantized otherwise, dynamic or not float."""
+    with more readers or a reader that is not a shape op, and the chain's end: its last op or, in an
+    int8 chain (`params`, each link read through a quantize -> dequantize pair with them), the
+    quantize after it. None if a link is dynamic, not float, or quantized otherwise."""
     chain = [first]
     while True:
-        (q,) = chain[-1].users if len(chain[-1].users) == 1 else (None,)
-        if q is None or q.target != QUANTIZE or tuple(q.args[1:]) != params:
+        end = chain[-1] if params is None else _only_reader(chain[-1])
+        if params is not None and not _is_with(end, QUANTIZE, params):
             return None
-        (dq,) = q.users if len(q.users) == 1 else (None,)
-        if dq is None or dq.target != DEQUANTIZE or tuple(dq.args[1:]) != params or len(dq.users) != 1:
+        reader = _only_reader(end)
+        if params is not None and reader is not None:
+            reader = _only_reader(reader) if _is_with(reader, DEQUANTIZE, params) else None
+        if reader is None or not _is_shape_op(reader):
             break
-        (user,) = dq.users
-        if not _is_shape_op(user):
-            break
-        chain.append(user)
-    return (chain, q) if all(_static_float(node) for node in chain) else None
+        chain.append(reader)
+    return (chain, end) if all(_static_float(node) for node in chain) else None
 
 
 def _is_quantize_op(node: Node) -> bool:
@@ -184,14 +183,14 @@ class CollapseShapeChainsPass(XNNPACKPass):
             first_of_chain = _is_shape_op(node) and not (_is_shape_op(node.args[0]) and len(node.args[0].users) == 1)
             if not first_of_chain:
                 continue
-            chain = _chain_from(node)
+            found = _chain_from(node)
             source = node.args[0]
-            if chain is None or len(chain) < 2 or not _static_float(source) or _is_quantize_op(source):
+            if found is None or len(found[0]) < 2 or not _static_float(source) or _is_quantize_op(source):
                 continue
+            chain, end = found
             transpose = _flat_transpose(source, chain, False, False)
             if transpose is None or _cost(transpose) >= (_transposes(chain), len(chain)):
                 continue
-            end = chain[-1]
             end.replace_all_uses_with(_emit(graph, source, transpose, end, False))
             changed = True
         if changed:
@@ -213,19 +212,16 @@ class ChannelsLastChainsPass(ChannelsLastTaggedReshapePass):
             return False
         if not _static_float(source):
             return False
-        if source.target == DEQUANTIZE:  # an int8 chain
-            params = tuple(source.args[1:])
-            found = _quantized_chain_from(first, params)
-            if found is None or any(user.target != DEQUANTIZE for user in found[1].users):
-                return False
-            chain, end = found
-            readers = [reader for dq in end.users for reader in dq.users]
-        else:
-            params, chain = None, _chain_from(first)
-            if _is_quantize_op(source) or chain is None or any(_is_quantize_op(user) for user in chain[-1].users):
-                return False
-            end = chain[-1]
-            readers = list(end.users)
+        params = tuple(source.args[1:]) if source.target == DEQUANTIZE else None  # an int8 chain
+        found = _chain_from(first, params)
+        if found is None or (params is None and _is_quantize_op(source)):
+            return False
+        chain, end = found
+        if params is None and any(_is_quantize_op(user) for user in end.users):
+            return False
+        if params is not None and any(user.target != DEQUANTIZE for user in end.users):
+            return False
+        readers = list(end.users) if params is None else [reader for dq in end.users for reader in dq.users]
         last = chain[-1]
         wants_nchw = any(user.op == "output" or self.requires_nchw_inputs(user) for user in readers)
         end_nhwc = last.meta["val"].dim() == 4 and not wants_nchw
