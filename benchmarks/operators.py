@@ -1,19 +1,20 @@
-"""Where a model's time goes inside XNNPACK, and how fast its convolutions run against the machine.
+"""Where a model's time goes inside XNNPACK, and how fast its convolutions and linear layers run
+against the machine.
 
     python benchmarks/operators.py [--only mimi] [--threads 1] [--runs 10] [--json results/operators.json]
     python benchmarks/operators.py --rows                # writes results/fully_connected_rows.json
 
 Per model (the cases of benchmarks/models.py): phaseconv's program (as `phaseconv.lower` makes it)
 is run with ETDump on, which times every XNNPACK operator (phaseconv.runtimes.etdump). The table
-gives the time per kind of operator; then every convolution's in-model time (1x1 ones run as
-"Fully Connected": convs and linears are matched to those events in order), its multiply-adds per
-second, and the same convolution lowered and run alone, so a gap between the two shows what the
-model around it costs (cold weights, layouts) and the alone figure what XNNPACK reaches on this
-machine. Weight bytes over time is the rate a convolution streams its weights at, against the
-machine's memory read rate (a 1 GiB sum on as many threads, measured here). Beside them, ONNX
-Runtime's time per kind of node on the stock export (its profiler), its Conv nodes' multiply-adds per
-second, and the machine's best float32 GEMM (torch.mm). `--rows`: fully connected layers at the few
-rows of one-frame decoding, XNNPACK against ONNX Runtime.
+gives the time per kind of operator; then every convolution's and linear layer's in-model time (1x1
+convolutions run as "Fully Connected": both are matched to those events in order), its multiply-adds
+per second and their share of XNNPACK's own float32 GEMM at its best on this machine (a large fully
+connected layer whose rows fill its tiles), and the same layer lowered and run alone, so a gap
+between the two shows what the model around it costs (cold weights, layouts). Weight bytes over
+time is the rate a layer streams its weights at, against the machine's memory read rate (a 1 GiB
+sum on as many threads, measured here). Beside them, ONNX Runtime's time per kind of node on the
+stock export (its profiler) and its Conv nodes' multiply-adds per second. `--rows`: fully
+connected layers at the few rows of one-frame decoding, XNNPACK against ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -58,19 +59,20 @@ def memory_read_rate(threads: int) -> float:
     return data.numel() * 4 / statistics.median(times) / 1e9
 
 
-def gemm_rate(threads: int) -> float:
-    """GMAC/s of torch.mm on two 2048x2048 float32 matrices on `threads` threads (median of 5): the
-    machine's best float32 GEMM (oneDNN / MKL), a ceiling for a convolution's kernel."""
+def gemm_rate(runs: int) -> float:
+    """GMAC/s of XNNPACK's float32 fully connected operator on 448 rows (a multiple of its 7-row
+    tile) of 512 -> 256 (a weight that stays in the L2 cache), from ETDump: the ceiling a
+    convolution or linear layer of a model reaches on this machine."""
     import torch
 
-    torch.set_num_threads(threads)
-    a = torch.randn(2048, 2048)
-    times = []
-    for _ in range(6):
-        start = time.perf_counter()
-        torch.mm(a, a)
-        times.append(time.perf_counter() - start)
-    return 2048**3 / statistics.median(times[1:]) / 1e9
+    from phaseconv.runtimes.etdump import operator_times
+    from phaseconv.runtimes.executorch import to_xnnpack
+
+    rows, features, outputs = 448, 512, 256
+    x = torch.randn(rows, features)
+    buffer = to_xnnpack(torch.export.export(torch.nn.Linear(features, outputs, bias=False), (x,))).buffer
+    (gemm,) = [t.ms for t in operator_times(buffer, (x,), max(runs, 20)) if t.kind.startswith(GEMM_KINDS)]
+    return rows * features * outputs / gemm / 1e6
 
 
 def ort_kinds(program, inputs, threads: int, runs: int) -> dict[str, list]:
@@ -210,7 +212,7 @@ def profile(case, threads: int, runs: int) -> dict:
     for t in times:
         kinds[t.kind][0] += t.ms
         kinds[t.kind][1] += 1
-    row = {"model": case.name, "total_ms": sum(t.ms for t in times), "kinds": dict(kinds), "convolutions": []}
+    row = {"model": case.name, "total_ms": sum(t.ms for t in times), "kinds": dict(kinds), "layers": []}
     # the peer, and the multiply-adds of the model's (not transposed) convolutions, which its Conv nodes run
     try:
         row["ort_kinds"] = ort_kinds(stock, inputs, threads, runs)
@@ -225,8 +227,7 @@ def profile(case, threads: int, runs: int) -> dict:
         row["unmatched"] = f"{len(nodes)} conv/linear nodes, {len(gemm_events)} operators"
         return row
     for node, event in zip(nodes, gemm_events, strict=True):
-        if str(node.target) in CONV_TARGETS:
-            row["convolutions"].append({**conv_shape(node), "ms": event.ms, "alone_ms": alone_ms(node, program, runs)})
+        row["layers"].append({**conv_shape(node), "ms": event.ms, "alone_ms": alone_ms(node, program, runs)})
     return row
 
 
@@ -253,30 +254,41 @@ def report(row: dict, read_rate: float, gemm: float) -> None:
     ort_conv_ms = sum(row["ort_kinds"].get(kind, [0.0])[0] for kind in ("Conv", "FusedConv"))
     console.print(
         f"{row['conv_macs'] / 1e9:.2f} GMAC in the model's convolutions: ONNX Runtime's Conv / FusedConv nodes at "
-        f"{per_ms(row['conv_macs'], ort_conv_ms, 1e9)} GMAC/s; the machine's float32 GEMM (torch.mm) {gemm:.1f}"
+        f"{per_ms(row['conv_macs'], ort_conv_ms, 1e9)} GMAC/s; XNNPACK's float32 GEMM at its best: {gemm:.1f}"
     )
     if "unmatched" in row:
-        console.print(f"convolutions not matched to operators: {row['unmatched']}")
+        console.print(f"layers not matched to operators: {row['unmatched']}")
         return
-    convs = Table(title=f"{row['model']}: convolutions (machine memory read rate {read_rate:.1f} GB/s)")
-    columns = ("input", "weight", "in model ms", "alone ms", "GMAC/s in model", "GMAC/s alone", "weights GB/s")
+    convs = Table(title=f"{row['model']}: convolutions and linear layers (memory read rate {read_rate:.1f} GB/s)")
+    columns = (
+        "input",
+        "weight",
+        "in model ms",
+        "alone ms",
+        "GMAC/s in model",
+        "of best",
+        "GMAC/s alone",
+        "weights GB/s",
+    )
     for column in columns:
         convs.add_column(column, justify="left" if column in ("input", "weight") else "right")
-    for conv in row["convolutions"]:
+    for conv in row["layers"]:
         convs.add_row(
             str(conv["input"]),
             str(conv["weight"]),
             f"{conv['ms']:.3f}",
             f"{conv['alone_ms']:.3f}",
             per_ms(conv["macs"], conv["ms"], 1e9),
+            f"{conv['macs'] / conv['ms'] / 1e6 / gemm:.0%}" if conv["ms"] > 0 else "-",
             per_ms(conv["macs"], conv["alone_ms"], 1e9),
             per_ms(conv["weight_bytes"], conv["ms"], 1e9),
         )
-    macs = sum(c["macs"] for c in row["convolutions"])
-    model_ms = sum(c["ms"] for c in row["convolutions"])
-    alone = sum(c["alone_ms"] for c in row["convolutions"])
+    macs = sum(c["macs"] for c in row["layers"])
+    model_ms = sum(c["ms"] for c in row["layers"])
+    alone = sum(c["alone_ms"] for c in row["layers"])
+    rate = macs / model_ms / 1e6
     convs.add_row(
-        "all", "", f"{model_ms:.2f}", f"{alone:.2f}", f"{macs / model_ms / 1e6:.1f}", f"{macs / alone / 1e6:.1f}"
+        "all", "", f"{model_ms:.2f}", f"{alone:.2f}", f"{rate:.1f}", f"{rate / gemm:.0%}", f"{macs / alone / 1e6:.1f}"
     )
     console.print(convs)
 
@@ -306,7 +318,7 @@ def main(
         console.print(f"wrote {json_path}")
         return
     json_path = json_path or Path("results/operators.json")
-    read_rate, gemm = memory_read_rate(threads), gemm_rate(threads)
+    read_rate, gemm = memory_read_rate(threads), gemm_rate(runs)
     rows = []
     for case in (c for c in CASES if only.lower() in c.name.lower()):
         rows.append(profile(case, threads, runs))

@@ -297,6 +297,39 @@ def int8_runtimes(data: dict) -> str:
     return _machine(data["meta"], data["meta"]["command"]) + "\n\n" + _table(header, rows)
 
 
+ORT_GEMM_KINDS = ("Conv", "FusedConv", "ConvTranspose", "Gemm", "MatMul", "FusedMatMul")
+
+
+def operators(data: dict) -> str:
+    """Where each model's time goes (`benchmarks/operators.py`, ETDump and ONNX Runtime's profiler):
+    the convolutions and linear layers against XNNPACK's float32 GEMM at its best on the machine."""
+    best = data["meta"]["gemm_gmac_s"]
+    header = ["model", "XNNPACK operators ms", "of it convolutions and linears", "their GMAC/s"]
+    header += [f"of XNNPACK's best ({best:.0f})", "ORT nodes ms", "of it convolutions and matrix products"]
+    rows = []
+    for row in data["rows"]:
+        layers = row.get("layers", [])
+        layer_ms, macs = sum(c["ms"] for c in layers), sum(c["macs"] for c in layers)
+        rate = macs / layer_ms / 1e6 if layers else None
+        ort_total = sum(ms for ms, _ in row["ort_kinds"].values())
+        ort_gemm = sum(row["ort_kinds"].get(kind, [0.0])[0] for kind in ORT_GEMM_KINDS)
+        rows.append(
+            [
+                row["model"],
+                _ms(row["total_ms"]),
+                _ms(layer_ms) if layers else "-",
+                f"{rate:.0f}" if rate else "-",
+                f"{rate / best:.0%}" if rate else "-",
+                _ms(ort_total),
+                _ms(ort_gemm),
+            ]
+        )
+    meta = data["meta"]
+    threads = "One thread" if meta["threads"] == 1 else f"{meta['threads']} threads"
+    note = f" {threads}, each operator's median over {meta['runs']} calls, summed."
+    return _machine(meta, "python benchmarks/operators.py") + note + "\n\n" + _table(header, rows)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
     "console": console,
     "headline": headline,
@@ -304,6 +337,7 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "int8_sensitivity": int8_sensitivity,
     "lstm_loop": lstm_loop,
     "models": models,
+    "operators": operators,
     "streaming": streaming,
     "tts": tts,
 }
