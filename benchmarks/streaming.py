@@ -129,6 +129,7 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
     fp32 = torch.cat(audio["phaseconv step"], dim=-1)
     alone = {name: alone_median_ms(program.buffer, latents, own_cache(name)) for name, program in lowered.items()}
     profiled = {"phaseconv step": ep, "phaseconv int8 step": quantized}
+    macs = multiply_adds(ep)  # the int8 step does the same
     rows = []
     for name in PROGRAMS:
         summary = lowered[name].summary if name in lowered else None
@@ -150,7 +151,7 @@ def worker(config: str, threads: int, frames: int, out: Path) -> None:
         )
     for name, program in profiled.items():
         operators = kind_times(lowered[name].buffer, (latents[:, :1],))
-        rows[PROGRAMS.index(name)].update(operator_ms=operators, weight_bytes=weight_bytes(program))
+        rows[PROGRAMS.index(name)].update(operator_ms=operators, weight_bytes=weight_bytes(program), multiply_adds=macs)
     out.write_text(json.dumps(rows))
 
 
@@ -201,6 +202,24 @@ def weight_bytes(ep) -> int:
         if value is None or not node.users:
             continue
         total += value.numel() * value.element_size()
+    return total
+
+
+def multiply_adds(ep) -> int:
+    """Multiply-adds of one call of `ep` as phaseconv rewrites it for this CPU: each convolution's
+    and linear layer's outputs times the weights each output reads, each matrix product's outputs
+    times its inner size (the work XNNPACK's GEMM operators do)."""
+    from phaseconv.rewrite import rewrite
+    from phaseconv.rules import TARGET_RULES
+    from phaseconv.targets import host_target
+
+    total = 0
+    for node in rewrite(ep, TARGET_RULES[host_target()]).graph.nodes:
+        target = str(node.target)
+        if target in ("aten.conv1d.default", "aten.conv2d.default", "aten.convolution.default", "aten.linear.default"):
+            total += node.meta["val"].numel() * node.args[1].meta["val"][0].numel()
+        elif target in ("aten.bmm.default", "aten.matmul.default"):
+            total += node.meta["val"].numel() * node.args[0].meta["val"].shape[-1]
     return total
 
 
@@ -258,6 +277,13 @@ def profile_table(rows: list[dict]) -> Table:
         "weights and state read per frame / GEMM time",
         *(
             f"{r['weight_bytes'] / 1e6:.1f} MB, {r['weight_bytes'] / ms / 1e6:.1f} GB/s"
+            for r, ms in zip(profiled, gemm)
+        ),
+    )
+    result.add_row(
+        "multiply-adds per frame / GEMM time",
+        *(
+            f"{r['multiply_adds'] / 1e6:.0f} M, {r['multiply_adds'] / ms / 1e6:.0f} GMAC/s"
             for r, ms in zip(profiled, gemm)
         ),
     )
