@@ -206,21 +206,18 @@ def weight_bytes(ep) -> int:
 
 
 def multiply_adds(ep) -> int:
-    """Multiply-adds of one call of `ep` as phaseconv rewrites it for this CPU: each convolution's
-    and linear layer's outputs times the weights each output reads, each matrix product's outputs
-    times its inner size (the work XNNPACK's GEMM operators do)."""
+    """Multiply-adds of one call of `ep` as phaseconv rewrites it for this CPU: its convolutions'
+    and linear layers' (as benchmarks/operators.py counts them) and its matrix products' (outputs
+    times the inner size): the work XNNPACK's GEMM operators do."""
+    from benchmarks.operators import conv_shape, gemm_nodes
     from phaseconv.rewrite import rewrite
     from phaseconv.rules import TARGET_RULES
     from phaseconv.targets import host_target
 
-    total = 0
-    for node in rewrite(ep, TARGET_RULES[host_target()]).graph.nodes:
-        target = str(node.target)
-        if target in ("aten.conv1d.default", "aten.conv2d.default", "aten.convolution.default", "aten.linear.default"):
-            total += node.meta["val"].numel() * node.args[1].meta["val"][0].numel()
-        elif target in ("aten.bmm.default", "aten.matmul.default"):
-            total += node.meta["val"].numel() * node.args[0].meta["val"].shape[-1]
-    return total
+    program = rewrite(ep, TARGET_RULES[host_target()])
+    products = [n for n in program.graph.nodes if str(n.target) in ("aten.bmm.default", "aten.matmul.default")]
+    layers = sum(conv_shape(node)["macs"] for node in gemm_nodes(program))
+    return layers + sum(n.meta["val"].numel() * n.args[0].meta["val"].shape[-1] for n in products)
 
 
 def run_workers(config: str, threads: list[int], frames: int) -> list[dict]:
