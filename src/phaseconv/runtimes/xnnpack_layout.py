@@ -93,9 +93,11 @@ def _chain_from(first: Node, params: tuple | None = None) -> tuple[list[Node], N
     quantize after it. None if a link is dynamic, not float, or quantized otherwise."""
     chain = [first]
     while True:
-        end = chain[-1] if params is None else _only_reader(chain[-1])
-        if params is not None and not _is_with(end, QUANTIZE, params):
-            return None
+        end = chain[-1]
+        if params is not None:  # the link's quantize, then the next link behind its dequantize
+            end = _only_reader(end)
+            if not _is_with(end, QUANTIZE, params):
+                return None
         reader = _only_reader(end)
         if params is not None and reader is not None:
             reader = _only_reader(reader) if _is_with(reader, DEQUANTIZE, params) else None
@@ -213,15 +215,20 @@ class ChannelsLastChainsPass(ChannelsLastTaggedReshapePass):
         if not _static_float(source):
             return False
         params = tuple(source.args[1:]) if source.target == DEQUANTIZE else None  # an int8 chain
+        if params is None and _is_quantize_op(source):
+            return False
         found = _chain_from(first, params)
-        if found is None or (params is None and _is_quantize_op(source)):
+        if found is None:
             return False
         chain, end = found
-        if params is None and any(_is_quantize_op(user) for user in end.users):
-            return False
-        if params is not None and any(user.target != DEQUANTIZE for user in end.users):
-            return False
-        readers = list(end.users) if params is None else [reader for dq in end.users for reader in dq.users]
+        if params is None:
+            if any(_is_quantize_op(user) for user in end.users):
+                return False
+            readers = list(end.users)
+        else:
+            if any(user.target != DEQUANTIZE for user in end.users):
+                return False
+            readers = [reader for dq in end.users for reader in dq.users]
         last = chain[-1]
         wants_nchw = any(user.op == "output" or self.requires_nchw_inputs(user) for user in readers)
         end_nhwc = last.meta["val"].dim() == 4 and not wants_nchw
