@@ -45,7 +45,8 @@ def main(
     import torch
 
     import phaseconv
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
     from phaseconv.runtimes.timing import interleaved_times, median_ms
     from phaseconv.targets import host_target

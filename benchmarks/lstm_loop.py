@@ -164,7 +164,8 @@ def main(
     from executorch.exir import to_edge_transform_and_lower
 
     import phaseconv
-    from phaseconv.runtimes.executorch import LoadedProgram, partitioner_configs
+    from phaseconv.lowering.xnnpack import partitioner_configs
+    from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 

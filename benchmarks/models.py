@@ -180,9 +180,10 @@ def measure(case: ModelCase, threads: int, runs: int, on_round, litert: bool = F
     two conversions too when `litert`; resident memory of the stock and phaseconv programs when
     `memory` (at one thread)."""
     import phaseconv
+    from phaseconv.lowering.xnnpack import PHASECONV_LOWERING, to_xnnpack
     from phaseconv.rewrite import rewrite_with_report
     from phaseconv.rules import TARGET_RULES
-    from phaseconv.runtimes.executorch import PHASECONV_LOWERING, LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 

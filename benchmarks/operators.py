@@ -65,8 +65,8 @@ def gemm_rate(runs: int) -> float:
     convolution or linear layer of a model reaches on this machine."""
     import torch
 
+    from phaseconv.lowering.xnnpack import to_xnnpack
     from phaseconv.runtimes.etdump import operator_times
-    from phaseconv.runtimes.executorch import to_xnnpack
 
     rows, features, outputs = 448, 512, 256
     x = torch.randn(rows, features)
@@ -113,8 +113,9 @@ def fully_connected_rows(threads: int, runs: int, rows=(1, 2, 4, 6, 7, 8, 12, 16
     import torch
 
     import phaseconv
+    from phaseconv.lowering.xnnpack import to_xnnpack
     from phaseconv.rules.transposed_linear import TransposedLinearRule
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
@@ -164,8 +165,8 @@ def alone_ms(node, program, runs: int) -> float:
     import torch
 
     from phaseconv.graph.program import ProgramEditor
+    from phaseconv.lowering.xnnpack import to_xnnpack
     from phaseconv.runtimes.etdump import operator_times
-    from phaseconv.runtimes.executorch import to_xnnpack
 
     editor = ProgramEditor(program)
 
@@ -196,11 +197,11 @@ def profile(case, threads: int, runs: int) -> dict:
 
     import phaseconv
     from phaseconv.graph.program import copy_program
+    from phaseconv.lowering.xnnpack import PHASECONV_LOWERING, to_xnnpack
     from phaseconv.onnx_export import ONNX_RULES
     from phaseconv.rewrite import rewrite_with_report
     from phaseconv.rules import TARGET_RULES
     from phaseconv.runtimes.etdump import operator_times
-    from phaseconv.runtimes.executorch import PHASECONV_LOWERING, to_xnnpack
     from phaseconv.targets import host_target
 
     module, inputs = case.build()

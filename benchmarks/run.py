@@ -44,7 +44,8 @@ def main(
         stft_cases,
         upsample_conv_cases,
     )
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.pte import summarize_pte
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 

@@ -121,6 +121,7 @@ def main(
     from torch import nn
 
     import phaseconv
+    from phaseconv.lowering.xnnpack import PHASECONV_LOWERING, to_xnnpack
     from phaseconv.models import DEMO_MODELS
     from phaseconv.rules import AVX512_SHORT_CONV, AVX512_WINOGRAD, DEFAULT_RULES, LOWERING_RULES, TARGET_RULES
     from phaseconv.rules.conv_transpose import ConvTransposeRule
@@ -128,7 +129,7 @@ def main(
     from phaseconv.rules.lift_1d import Lift1dRule
     from phaseconv.rules.split_conv import SplitConvRule
     from phaseconv.rules.winograd import WinogradRule
-    from phaseconv.runtimes.executorch import PHASECONV_LOWERING, LoadedProgram, to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
     def others(*excluded: str) -> list:

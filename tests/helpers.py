@@ -61,7 +61,8 @@ def rewrite_applying(rule: str, ep: ExportedProgram, *inputs: torch.Tensor) -> E
 
 def lower_and_run(ep: ExportedProgram, *inputs: torch.Tensor):
     """Lower to XNNPACK, load the bytes with the ExecuTorch runtime, run: (delegation summary, outputs)."""
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.pte import summarize_pte
 
     buffer = to_xnnpack(ep).buffer

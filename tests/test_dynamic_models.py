@@ -5,8 +5,9 @@ import torch
 from torch.export import Dim
 
 import phaseconv
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.models import transformers_audio, unet
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import LoadedProgram
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import TINY_DAC, TINY_MIMI, assert_close, transposed_convs
 

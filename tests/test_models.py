@@ -4,9 +4,9 @@ import pytest
 import torch
 
 import phaseconv
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.models.audio import mimi_decoder
 from phaseconv.models.image import migan_generator
-from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_one_partition_matching, export, run
 

@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 import phaseconv
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.models import transformers_audio
-from phaseconv.runtimes.executorch import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import TINY_MIMI, assert_close, export, lower_and_run, run, transposed_convs
 

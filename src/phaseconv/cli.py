@@ -256,7 +256,8 @@ def lower(
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
     from phaseconv.lowering import lower as lower_program
-    from phaseconv.lowering import require_backend, require_folder
+    from phaseconv.files import require_folder
+    from phaseconv.lowering import require_backend
 
     require_backend(backend)  # all before loading the model, which can take long
     resolve_target(target)
@@ -474,7 +475,7 @@ def _peer_export(
     installed, before the model is loaded, which can take long."""
     import torch
 
-    from phaseconv.lowering import require_folder
+    from phaseconv.files import require_folder
     from phaseconv.quantize import snr_db
     from phaseconv.rules import resolve_rules
 
@@ -613,7 +614,7 @@ def bench(
     """Time the stock and the rewritten program through the ExecuTorch runtime, interleaved."""
     from phaseconv.bench import bench as run_bench
     from phaseconv.bench import plot
-    from phaseconv.lowering import require_folder, write_atomically
+    from phaseconv.files import require_folder, write_atomically
     from phaseconv.models.loading import inputs_at_length
 
     counts = _integers(threads, "--threads")
@@ -681,7 +682,7 @@ def stream(
 
     phaseconv stream step.pte --latents z.npy --pcm | aplay -f S16_LE -r 24000 -c 1
     """
-    from phaseconv.lowering import require_folder, write_atomically
+    from phaseconv.files import require_folder, write_atomically
     from phaseconv.runtimes.executorch import set_threads
     from phaseconv.stream import StepProgram, load_latents, random_latents, stream, to_pcm16, write_wav
 
@@ -751,7 +752,7 @@ def tts(
 
     phaseconv tts tts.pte "Hello there." --tokenizer tokenizer.model --pcm | aplay -f S16_LE -r 24000 -c 1
     """
-    from phaseconv.lowering import require_folder, write_atomically
+    from phaseconv.files import require_folder, write_atomically
     from phaseconv.runtimes.executorch import set_threads
     from phaseconv.stream import to_pcm16, write_wav
     from phaseconv.tts import DecoderProcess, Speaker, SpeechProgram, SpeechReport, Voice

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from torch.export import ExportedProgram
 
+from phaseconv.files import write_atomically
 from phaseconv.graph.program import ProgramEditor, copy_program, declared_ranges_kept, functional
 from phaseconv.report import Decision
 from phaseconv.rules import Skip, resolve_rules
@@ -64,10 +67,6 @@ def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgra
 def rewrite_and_convert(ep: ExportedProgram, rules, convert, path=None) -> tuple[bytes, list[Decision]]:
     """A peer runtime's model: `convert(rewrite(ep, rules))` (bytes), written to `path` atomically
     if given, and the rewrite decisions."""
-    from pathlib import Path
-
-    from phaseconv.lowering import write_atomically
-
     rewritten, decisions = rewrite_with_report(ep, rules)
     model = convert(rewritten)
     if path is not None:

@@ -134,7 +134,7 @@ def write_wav(path: Path, pcm16: bytes, sample_rate: int = SAMPLE_RATE) -> None:
     """A mono 16-bit WAV, written atomically."""
     import io
 
-    from phaseconv.lowering import write_atomically
+    from phaseconv.files import write_atomically
 
     buffer = io.BytesIO()
     with wave.open(buffer, "wb") as out:

@@ -334,8 +334,8 @@ class ConvThenDepthwiseUp(nn.Module):
 def test_cropped_depthwise_phases_read_their_own_samples_and_xnnpack_folds_the_pads():
     """k4 s2 p1 crops one output at each end: each phase conv reads its own input window (a zero pad
     on one side), so no slice follows the interleave, and XNNPACK runs no pad of its own."""
+    from phaseconv.lowering.xnnpack import to_xnnpack
     from phaseconv.runtimes.etdump import operator_times
-    from phaseconv.runtimes.executorch import to_xnnpack
 
     torch.manual_seed(0)
     module, x = ConvThenDepthwiseUp().eval(), torch.randn(1, 8, 6, 5)

@@ -7,7 +7,8 @@ from torch.export import Dim
 
 import phaseconv
 from phaseconv.errors import PhaseconvError
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.lowering.xnnpack import to_xnnpack
+from phaseconv.runtimes.executorch import LoadedProgram
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import decisions_of, lower_and_run, transposed_convs
 

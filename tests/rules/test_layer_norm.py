@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import phaseconv
-from phaseconv.runtimes.executorch import to_xnnpack
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_close, assert_one_partition_matching, export, lower_and_run, run
 

@@ -5,7 +5,8 @@ from torch import nn
 from torch.export import Dim
 
 import phaseconv
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.lowering.xnnpack import to_xnnpack
+from phaseconv.runtimes.executorch import LoadedProgram
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
 

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import phaseconv
-from phaseconv.runtimes.executorch import to_xnnpack
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_close, export, lower_and_run, run
 

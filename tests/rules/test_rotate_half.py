@@ -5,8 +5,9 @@ from torch import nn
 from torch.export import Dim
 
 import phaseconv
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.rules.rotate_half import rotation
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import LoadedProgram
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_close, export, run
 

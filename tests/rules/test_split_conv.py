@@ -6,9 +6,10 @@ from torch import nn
 from torch.export import Dim
 
 import phaseconv
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.quantize import quantize
 from phaseconv.rules.split_conv import SplitConvRule
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import LoadedProgram
 from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
 
 aten = torch.ops.aten

@@ -9,8 +9,9 @@ from torch import nn
 from torch.export import Dim
 
 import phaseconv
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.rules.winograd import WinogradRule
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import LoadedProgram
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_close, assert_one_partition_matching, decisions_of, export, run
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from phaseconv.errors import PhaseconvError
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.runtimes.backend_options import WEIGHT_CACHE, set_xnnpack_option, xnnpack_option
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import LoadedProgram
 from tests.helpers import assert_close, export, run
 
 STEPS, HIDDEN = 24, 256  # a [4H, H] weight: 1 MiB, read by every step

@@ -118,7 +118,8 @@ class SharedConstant(torch.nn.Module):
 def test_lowering_leaves_the_program_as_it_was():
     """The stock lowering takes such a constant out of the program it is given; phaseconv lowers a
     copy, so the same program lowers again, stock or rewritten, and runs alike."""
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
 
     x = torch.randn(4, 16)
     ep = export(SharedConstant(), x)
@@ -150,7 +151,8 @@ class Restart(Accumulate):
 
 
 def test_methods_that_share_a_state_start_from_its_value_held_once_in_the_file():
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
 
     size, x = 250_000, torch.ones(250_000)
     one = to_xnnpack(export(Accumulate(size), x)).buffer
@@ -165,7 +167,8 @@ def test_methods_that_share_a_state_start_from_its_value_held_once_in_the_file()
 
 def test_a_program_loaded_from_its_file_runs_as_from_its_bytes(tmp_path):
     """A path is mapped (the runtime lets go of what it has packed), bytes are held: the same program."""
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
 
     x = torch.ones(8)
     path = tmp_path / "accumulate.pte"
@@ -204,7 +207,8 @@ def test_a_method_that_writes_its_state_plans_no_second_copy_of_it():
     """A write in place into a buffer is planned where the buffer lies: the methods' own memory (the
     planned arena beside the shared state) holds their temporaries only, not a copy of the cache.
     The reset's constant, the same bytes as the buffer's initial value, is emitted first (by name)."""
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
 
     size, x = 50_000, torch.ones(4, 1)
     manager = to_xnnpack({"write": export(WriteAt(size), x, torch.tensor([0])), "start_over": export(StartOver(size))})
@@ -219,7 +223,7 @@ def test_a_method_that_writes_its_state_plans_no_second_copy_of_it():
 
 def test_the_planned_memory_read_from_a_file_holds_the_shared_state_once():
     """planned_bytes: the state two methods share counted once, their own temporaries apart."""
-    from phaseconv.runtimes.executorch import to_xnnpack
+    from phaseconv.lowering.xnnpack import to_xnnpack
     from phaseconv.runtimes.pte import planned_bytes
 
     size, x = 50_000, torch.ones(4, 1)
@@ -241,7 +245,8 @@ class ReadZeros(torch.nn.Module):
 def test_a_buffer_keeps_its_initial_value_beside_a_constant_of_the_same_bytes():
     """ExecuTorch's emitter looks a named buffer's initial value up among the constants emitted before
     it: the method that holds the value failed to load. Lowering gives the buffer its own value."""
-    from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
 
     size, x = 50_000, torch.ones(4, 1)
     methods = {"a_reader": export(ReadZeros(size), torch.ones(4)), "write": export(WriteAt(size), x, torch.tensor([0]))}

@@ -44,7 +44,7 @@ def _origin(node: Node) -> Node:
 def held_nchw(node: Node) -> bool:
     """Whether XNNPACK holds `node` NCHW in phaseconv's lowering: a program input, or a view chain
     from one or from a value below 4-D. A chain from a 4-D value (a convolution's polyphase
-    interleave) is moved on the channels-last buffer (runtimes/xnnpack_layout.py) and stays NHWC."""
+    interleave) is moved on the channels-last buffer (lowering/layout.py) and stays NHWC."""
     origin = _origin(node)
     return origin.op == "placeholder" or origin.meta["val"].dim() != 4
 

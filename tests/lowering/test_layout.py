@@ -5,8 +5,9 @@ import torch
 from torch import nn
 
 import phaseconv
+from phaseconv.lowering.xnnpack import to_xnnpack
 from phaseconv.rules import LOWERING_RULES
-from phaseconv.runtimes.executorch import LoadedProgram, to_xnnpack
+from phaseconv.runtimes.executorch import LoadedProgram
 from phaseconv.runtimes.pte import summarize_pte
 from tests.helpers import assert_close, export, run
 

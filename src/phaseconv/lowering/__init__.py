@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING
 from torch.export import ExportedProgram
 
 from phaseconv.errors import PhaseconvError
+from phaseconv.files import write_atomically
 from phaseconv.report import Decision
 from phaseconv.rewrite import require_program, rewrite_with_report
 from phaseconv.targets import resolve_target
@@ -50,31 +50,6 @@ def require_backend(backend: str) -> None:
         raise PhaseconvError(f"unknown backend {backend!r}; supported: {', '.join(BACKENDS)}")
 
 
-def require_folder(path: Path) -> None:
-    """The folder a file will be written to exists (checked before any expensive work)."""
-    if not path.parent.is_dir():
-        raise PhaseconvError(f"cannot write {path}: the folder {path.parent} does not exist")
-
-
-def write_atomically(path: Path, content: bytes) -> None:
-    require_folder(path)
-    folder = path.parent
-    try:
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as error:
-        raise PhaseconvError(f"cannot write {path}: {error.strerror}") from None
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; give what open() would
-        os.replace(temporary, path)
-    except OSError as error:
-        Path(temporary).unlink(missing_ok=True)
-        raise PhaseconvError(f"cannot write {path}: {error.strerror}") from None
-
-
 def lower(
     ep: ExportedProgram | dict[str, ExportedProgram],
     *,
@@ -84,6 +59,8 @@ def lower(
     target: str = "any",
     constant_methods: dict | None = None,
     weight_cache: bool = True,
+    workers: int = 1,
+    progress: Callable[[str, float], None] | None = None,
 ) -> LoweredProgram:
     """Rewrite (unless rewrite=False) and lower to an ExecuTorch program for `backend`, tuned for the
     CPU `target` ("any", "x86-fma3", "x86-avx512", "x86-avx512-amd" or "host": phaseconv.targets).
@@ -94,33 +71,36 @@ def lower(
 
     A dict {method name: program} gives one program of several methods that share the buffers they
     name alike (a state one method writes and another reads), with `constant_methods` beside them;
-    each decision's node is then named method/node.
+    each decision's node is then named method/node. The methods are rewritten and lowered in
+    `workers` processes; `progress(method, seconds)` hears of each one done.
     """
     programs = ep if isinstance(ep, dict) else {"forward": ep}
     for program in programs.values():
         require_program(program)
     require_backend(backend)
+    from phaseconv.lowering.methods import each_method
+    from phaseconv.lowering.xnnpack import PHASECONV_LOWERING, assemble, external_data, lower_method
     from phaseconv.rules import TARGET_RULES
-    from phaseconv.runtimes.executorch import PHASECONV_LOWERING, external_data, to_xnnpack
     from phaseconv.runtimes.pte import summarize_pte
 
     rules = TARGET_RULES[resolve_target(target)]
-    decisions: list[Decision] = []
-    if rewrite:  # then lowered with XNNPACK's own ELU and shape chains on the buffer; else the stock lowering
-        rewritten = {}
-        for name, program in programs.items():
-            rewritten[name], method_decisions = rewrite_with_report(program, rules)
+    # rewritten: lowered with XNNPACK's own ELU and shape chains on the buffer; else the stock lowering
+    options = {"weight_cache": weight_cache, "external_constants": external_constants}
+    options |= PHASECONV_LOWERING if rewrite else {}
+
+    def rewritten_and_lowered(name: str):
+        program, decisions = programs[name], []
+        if rewrite:
+            program, decisions = rewrite_with_report(program, rules)
             if isinstance(ep, dict):
-                method_decisions = [replace(d, node=f"{name}/{d.node}") for d in method_decisions]
-            decisions += method_decisions
-        programs = rewritten
-    manager = to_xnnpack(
-        programs if isinstance(ep, dict) else programs["forward"],
-        external_constants=external_constants,
-        constant_methods=constant_methods,
-        weight_cache=weight_cache,
-        **(PHASECONV_LOWERING if rewrite else {}),
-    )
+                decisions = [replace(d, node=f"{name}/{d.node}") for d in decisions]
+        return lower_method(name, program, **options), decisions
+
+    largest_first = sorted(programs, key=lambda name: -len(programs[name].graph.nodes))
+    results = each_method(largest_first, rewritten_and_lowered, workers, progress)
+    decisions = [decision for name in programs for decision in results[name][1]]
+    methods = {name: lowered for name, (lowered, _) in results.items()}
+    manager = assemble(methods, constant_methods, isinstance(ep, dict), external_constants)
     data_files = external_data(manager)
     data = b"".join(data_files.values()) if data_files else None
     if len(data_files) > 1:
