@@ -7,7 +7,7 @@ pocket-tts-tts:CONFIG, spoken by phaseconv's runner) against pocket-tts's own ea
 
 Per config and thread count (one worker process each: XNNPACK's pool is sized before any load):
 random weights (seeded), a stand-in tokenizer of the config's n_bins pieces and a synthesized voice
-prompt (models/pocket_tts/stand_ins.py; the hub is out of reach). The program is lowered fp32 and,
+prompt (phaseconv/tts/stand_ins.py; the hub is out of reach). The program is lowered fp32 and,
 where --quantize asks, with the language model's linears in 8da4w or 8da8w and the decoder in int8
 (`lower pocket-tts-tts:CONFIG --quantize-decoder int8`). The same texts are then spoken, one run of
 each variant in turn:
@@ -74,16 +74,16 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
     import pocket_tts.models.text_chunking  # noqa: F401
     import pocket_tts.models.tts_model  # noqa: F401
 
-    import phaseconv.models.pocket_tts.program  # noqa: F401
-    from phaseconv.tts import Speaker, SpeechProgram, SpeechReport, Voice
+    import phaseconv.tts.program  # noqa: F401
+    from phaseconv.tts.runner import Speaker, SpeechProgram, SpeechReport
+    from phaseconv.tts.voices import AudioVoice
 
     before, code_before = resident_mib(), library_code_mib(program)
     speech = SpeechProgram(program)
     loaded = resident_mib()
-    speaker = Speaker(speech, tokenizer, 0.0)
-    settings = speech.settings
-    speaker.set_voice(Voice(tokenizer.parent / "voice.wav", settings["sample_rate"], settings["frame_size"]))
-    speaker.speak(TEXTS["10 words"], lambda pcm: None, SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0))
+    speaker = Speaker(speech, 0.0)
+    speaker.set_voice(AudioVoice.read(tokenizer.parent / "voice.wav", 24000, 1920))
+    speaker.speak(TEXTS["10 words"], lambda pcm: None, SpeechReport(0, 0, 24000, 1920, 0.0))
     spoken = resident_mib()
     memory = {
         "load_mib": loaded - before,
@@ -151,10 +151,13 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     from phaseconv.runtimes.executorch import set_threads
 
     set_threads(threads)  # before any program is loaded
+    import dataclasses
+
     import torch
 
-    from phaseconv.models.pocket_tts.program import build_tts
-    from phaseconv.tts import DecoderProcess, Speaker, SpeechProgram, SpeechReport, Voice
+    from phaseconv.tts.program import build_tts
+    from phaseconv.tts.runner import DecoderProcess, Speaker, SpeechProgram, SpeechReport
+    from phaseconv.tts.voices import AudioVoice
 
     torch.set_num_threads(threads)
     tokenizer, wav = folder / "tokenizer.model", folder / "voice.wav"
@@ -165,9 +168,9 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     loaded = {name: SpeechProgram(Path(path)) for name, (path, _) in programs.items()}
     speakers = {}
     for name, speech in loaded.items():
-        speaker = Speaker(speech, tokenizer, 0.0)
-        speaker.settings = {**speaker.settings, "eos_threshold": math.inf}
-        speaker.set_voice(Voice(wav, speech.settings["sample_rate"], speech.settings["frame_size"]))
+        speaker = Speaker(speech, 0.0)
+        speaker.settings = dataclasses.replace(speaker.settings, eos_threshold=math.inf)
+        speaker.set_voice(AudioVoice.read(wav, 24000, 1920))
         speakers[name] = speaker
     hybrid = EagerLmProgramDecoder(tts, loaded["phaseconv program"])
     pipelined = {name + PIPELINED: DecoderProcess(Path(path), threads) for name, (path, _) in programs.items()}
@@ -191,7 +194,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                     hybrid.speak(voice_state, text, on_frame)
                 else:
                     speaker = speakers[name]
-                    report = SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0)
+                    report = SpeechReport(0, 0, 24000, 1920, 0.0)
                     speaker.speak(text, on_frame, report, pipelined.get(name))
                 total = (time.perf_counter() - started) * 1e3
                 seconds = sum(frames) / 24000
@@ -226,16 +229,19 @@ def quality_rows(config: str, loaded: dict, tokenizer: Path, wav: Path) -> list[
     """Each quantized program against the fp32 one at temperature 0 on the three sentences: the SNR of
     its audio (end of speech disabled, so both speak the same frames), and the frame each chunk's end
     of speech came at under the config's own rule."""
+    import dataclasses
+
     import torch
 
-    from phaseconv.tts import Speaker, SpeechReport, Voice
+    from phaseconv.tts.runner import Speaker, SpeechReport
+    from phaseconv.tts.voices import AudioVoice
 
     def speak(speech, eos: bool) -> tuple[torch.Tensor, list]:
-        speaker = Speaker(speech, tokenizer, 0.0)
+        speaker = Speaker(speech, 0.0)
         if not eos:
-            speaker.settings = {**speaker.settings, "eos_threshold": math.inf}
-        speaker.set_voice(Voice(wav, speech.settings["sample_rate"], speech.settings["frame_size"]))
-        pcm, report = [], SpeechReport(0, 0, 24000, 1920, 0.0, 0.0, 0.0, 0.0)
+            speaker.settings = dataclasses.replace(speaker.settings, eos_threshold=math.inf)
+        speaker.set_voice(AudioVoice.read(wav, 24000, 1920))
+        pcm, report = [], SpeechReport(0, 0, 24000, 1920, 0.0)
         speaker.speak(TEXTS["3 sentences"], lambda frame: pcm.append(frame.flatten().clone()), report)
         return torch.cat(pcm), report.eos_frames
 
@@ -271,10 +277,10 @@ def _reset_ms(speech) -> float:
 
 def lower_programs(config: str, schemes: list[str], folder: Path) -> None:
     """The config's programs (fp32, and each scheme's), a stand-in tokenizer and a voice, in `folder`."""
-    from phaseconv.models.pocket_tts.program import load_tts_config, lower_tts
-    from phaseconv.models.pocket_tts.stand_ins import stand_in_tokenizer, stand_in_voice
+    from phaseconv.tts.program import load_tts_config, lower_tts, random_model
+    from phaseconv.tts.stand_ins import stand_in_tokenizer, stand_in_voice
 
-    stand_in_tokenizer(folder / "tokenizer.model", load_tts_config(config).flow_lm.lookup_table.n_bins)
+    tokenizer = stand_in_tokenizer(folder / "tokenizer.model", load_tts_config(config).flow_lm.lookup_table.n_bins)
     stand_in_voice(folder / "voice.wav", seconds=4.0)
     programs = {}
     for scheme in [None, *schemes]:
@@ -283,7 +289,9 @@ def lower_programs(config: str, schemes: list[str], folder: Path) -> None:
         with console.status(f"{config}: lowering the {name}"):
             started = time.perf_counter()
             path = folder / f"{(scheme or 'fp32').replace('/', '_')}.pte"
-            lower_tts(config, quantize=lm, quantize_decoder=decoder, target="host").save(path)
+            model = random_model(config, tokenizer)
+            lowered, _ = lower_tts(model, quantize=lm, quantize_decoder=decoder, target="host")
+            lowered.save(path)
             programs[name] = (str(path), time.perf_counter() - started)
     (folder / "programs.json").write_text(json.dumps(programs))
 

@@ -55,11 +55,18 @@ def _options(debug: bool = typer.Option(False, "--debug", help="show tracebacks 
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _load(model: str, prepare: bool, weights: Path | None = None):
-    """The model's exported program (and its inputs)."""
+def _load(model: str, prepare: bool, weights: Path | None = None, random_weights: bool = False, lowering=False):
+    """The model's exported program (and its inputs); pocket-tts's weights said on stderr (for a
+    lowering, weights out of reach are an error: the program would be noise)."""
     from phaseconv.models.loading import load_model
 
-    return load_model(model, weights, prepare)
+    say = None if lowering else _note
+    source = load_model(model, weights, prepare, random_weights, say=say)
+    return source
+
+
+def _note(text: str) -> None:
+    Console(stderr=True).print(text, highlight=False, soft_wrap=True)
 
 
 def _say_prepared(model: str, source) -> None:
@@ -211,8 +218,11 @@ def lower(
     weights: Path | None = typer.Option(
         None,
         "--weights",
-        help="pocket-tts:CONFIG: Mimi weights (.safetensors) instead of random ones; "
-        f"{TTS_PREFIX}CONFIG: the whole model's (flow_lm.* and mimi.*)",
+        help=f"pocket-tts:CONFIG and {TTS_PREFIX}CONFIG: the model's weights (.safetensors, what a config's "
+        "weights_path names) instead of the config's own from the Hugging Face hub or cache",
+    ),
+    random_weights: bool = typer.Option(
+        False, "--random-weights", help=f"pocket-tts:CONFIG and {TTS_PREFIX}CONFIG: random weights (seeded), for tests"
     ),
     no_prepare: bool = typer.Option(False, "--no-prepare", help=PREPARE_HELP),
     quantize: str | None = typer.Option(
@@ -247,16 +257,25 @@ def lower(
     ),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     tokenizer: Path | None = typer.Option(
-        None, "--tokenizer", help=f"{TTS_PREFIX}CONFIG only: check this tokenizer (.model or .json) against the config"
+        None, "--tokenizer", help=f"{TTS_PREFIX}CONFIG only: this tokenizer (.model or .json) instead of the config's"
+    ),
+    voices: str | None = typer.Option(
+        None,
+        "--voices",
+        help=f"{TTS_PREFIX}CONFIG only: the built-in voices to carry, comma-separated (default: every one the hub "
+        "or its cache has for the config)",
     ),
     capacity: int | None = typer.Option(
-        None, "--capacity", help=f"{TTS_PREFIX}CONFIG only: positions of the language model's cache (default 384)"
+        None,
+        "--capacity",
+        help=f"{TTS_PREFIX}CONFIG only: positions of the language model's cache (default: the longest voice and "
+        "a chunk of text with all its frames)",
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="every rewrite decision, node by node"),
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
-    from phaseconv.lowering import lower as lower_program
     from phaseconv.files import require_folder
+    from phaseconv.lowering import lower as lower_program
     from phaseconv.lowering import require_backend
 
     require_backend(backend)  # all before loading the model, which can take long
@@ -264,7 +283,7 @@ def lower(
     require_folder(output)
     if model.startswith(TTS_PREFIX):
         from phaseconv.models.pocket_tts.language_model import LINEAR_QUANTIZATION
-        from phaseconv.models.pocket_tts.program import DECODER_QUANTIZATION
+        from phaseconv.tts.program import DECODER_QUANTIZATION
 
         if quantize is not None and quantize not in LINEAR_QUANTIZATION:
             schemes = " or ".join(LINEAR_QUANTIZATION)
@@ -282,18 +301,19 @@ def lower(
         if no_weight_cache:
             raise PhaseconvError(f"--no-weight-cache is not for {TTS_PREFIX}CONFIG: `phaseconv tts` uses the cache")
         quantization = (quantize, quantize_decoder)
-        options = (tokenizer, capacity, quantization, no_rewrite, external_constants, target, as_json, verbose)
-        return _lower_tts(model, output, weights, *options)
-    if tokenizer is not None or capacity is not None or quantize_decoder is not None:
+        sources = (weights, random_weights, tokenizer, voices.split(",") if voices else None)
+        options = (capacity, quantization, no_rewrite, external_constants, target, as_json, verbose)
+        return _lower_tts(model, output, sources, *options)
+    if tokenizer is not None or capacity is not None or quantize_decoder is not None or voices is not None:
         raise PhaseconvError(
-            f"--tokenizer, --capacity and --quantize-decoder are for {TTS_PREFIX}CONFIG programs, not {model}"
+            f"--tokenizer, --voices, --capacity and --quantize-decoder are for {TTS_PREFIX}CONFIG programs, not {model}"
         )
     if quantize is not None and quantize not in QUANTIZE_MODES:
         raise PhaseconvError(f"--quantize takes {' or '.join(QUANTIZE_MODES)}, got {quantize!r}")
     sets = _calibration_sets(calibration, quantize)
     if keep_float and quantize is None:
         raise PhaseconvError("--keep-float goes with --quantize")
-    source = _load(model, not no_prepare, weights)
+    source = _load(model, not no_prepare, weights, random_weights, lowering=True)
     with _known_failures(model, source.prepared):
         program = source.program
         if quantize is not None:
@@ -337,23 +357,30 @@ def lower(
 
 
 def _lower_tts(
-    model, output, weights, tokenizer, capacity, quantization, no_rewrite, external_constants, target, as_json, verbose
-) -> None:
+    model, output, sources, capacity, quantization, no_rewrite, external_constants, target, as_json, verbose
+):
     """`phaseconv lower pocket-tts-tts:CONFIG`: the whole text-to-speech model as one program."""
-    from phaseconv.models.pocket_tts.program import DEFAULT_CAPACITY, DEFAULT_TTS_CONFIG, lower_tts
     from phaseconv.runtimes.pte import summarize_methods
+    from phaseconv.tts.program import DEFAULT_TTS_CONFIG, load_model, lower_tts
 
     config = model.removeprefix(TTS_PREFIX) or DEFAULT_TTS_CONFIG
-    with _known_failures(model, False):
-        lowered = lower_tts(
-            config,
-            weights,
-            tokenizer,
-            capacity or DEFAULT_CAPACITY,
+    weights, random_weights, tokenizer, voices = sources
+    loaded = load_model(config, weights, tokenizer, random_weights, voices)
+    err = Console(stderr=True)
+    with _known_failures(model, False), err.status(f"lowering {config}'s methods") as status:
+
+        def progress(method: str, seconds: float) -> None:
+            err.print(f"  {method}: {seconds:.1f} s", highlight=False)
+            status.update(f"lowering {config}'s methods")
+
+        lowered, settings = lower_tts(
+            loaded,
+            capacity,
             *quantization,
             rewrite=not no_rewrite,
             external_constants=external_constants,
             target=target,
+            progress=progress,
         )
     files = lowered.save(output)
     methods = summarize_methods(lowered.buffer)
@@ -361,6 +388,7 @@ def _lower_tts(
         _print_json(
             {
                 "files": [str(f) for f in files],
+                "settings": json.loads(settings.to_json()),
                 "decisions": [d.to_dict() for d in lowered.decisions],
                 "methods": {name: summary.to_dict() for name, summary in methods.items()},
             }
@@ -369,6 +397,16 @@ def _lower_tts(
     if lowered.decisions:
         show_decisions(lowered.decisions, verbose)
     show_summaries(methods)
+    voices_said = ", ".join(settings.voices) or "none (audio voices and .safetensors states only)"
+    console.print(
+        f"{config}: weights {settings.weights}; tokenizer {settings.tokenizer or 'none (give one to tts)'}; "
+        f"built-in voices {voices_said}"
+        + (f" (default {settings.default_voice})" if settings.default_voice else "")
+        + f"; audio voices {'yes' if settings.voice_cloning else 'no (weights without voice cloning)'}; "
+        f"cache {settings.capacity} positions",
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
 
 
@@ -731,11 +769,16 @@ def tts(
     program: Path = typer.Argument(
         ..., help="a text-to-speech program (.pte) from `phaseconv lower pocket-tts-tts:CONFIG`"
     ),
-    text: str = typer.Argument(..., help="what to say"),
-    tokenizer: Path = typer.Option(
-        ..., "--tokenizer", help="the config's tokenizer: a sentencepiece .model or a .json"
+    text: str | None = typer.Argument(None, help="what to say"),
+    voice: str | None = typer.Option(
+        None,
+        "--voice",
+        help="a built-in voice of the program (--list-voices), a .safetensors voice state (pocket-tts export-voice), "
+        "or an audio file to clone (its first 30 s); default: the program's default voice",
     ),
-    voice: Path | None = typer.Option(None, "--voice", help="a voice prompt (.wav) to speak like"),
+    tokenizer: Path | None = typer.Option(
+        None, "--tokenizer", help="a tokenizer (.model or .json) instead of the one the program carries"
+    ),
     temperature: float | None = typer.Option(
         None, "--temperature", help="noise scale; 0: deterministic (default: the config's)"
     ),
@@ -747,34 +790,63 @@ def tts(
     pcm: bool = typer.Option(False, "--pcm", help="write 16-bit mono PCM to stdout as each frame is decoded"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write a WAV file"),
     json_path: Path | None = typer.Option(None, "--json", help="write the summary as JSON"),
+    list_voices: bool = typer.Option(False, "--list-voices", help="name the program's built-in voices and stop"),
+    export_voice: Path | None = typer.Option(
+        None,
+        "--export-voice",
+        help="write --voice's state as a .safetensors file (as pocket-tts export-voice) and stop",
+    ),
 ) -> None:
     """Speak TEXT through a text-to-speech program, streamed frame by frame; the summary goes to stderr.
 
-    phaseconv tts tts.pte "Hello there." --tokenizer tokenizer.model --pcm | aplay -f S16_LE -r 24000 -c 1
+    phaseconv tts tts.pte "Hello there." --voice alba --pcm | aplay -f S16_LE -r 24000 -c 1
     """
     from phaseconv.files import require_folder, write_atomically
     from phaseconv.runtimes.executorch import set_threads
     from phaseconv.stream import to_pcm16, write_wav
-    from phaseconv.tts import DecoderProcess, Speaker, SpeechProgram, SpeechReport, Voice
+    from phaseconv.tts.runner import DecoderProcess, Speaker, SpeechProgram, SpeechReport, resolve_voice
+    from phaseconv.tts.voices import write_state
 
-    if pcm == (output is not None):
+    speaking = not (list_voices or export_voice is not None)
+    if speaking and text is None:
+        raise PhaseconvError("say what to speak: phaseconv tts PROGRAM TEXT (or --list-voices, --export-voice)")
+    if speaking and pcm == (output is not None):
         raise PhaseconvError("say where the audio goes: either --pcm (stdout) or -o out.wav")
-    for path in (output, json_path):
+    for path in (output, json_path, export_voice):
         if path is not None:
             require_folder(path)
-    if not text.strip():
+    if speaking and not text.strip():
         raise PhaseconvError("the text is empty")
-    for path, what in ((tokenizer, "tokenizer"), (voice, "voice")):
-        if path is not None and not path.is_file():
-            raise PhaseconvError(f"no such {what} file: {path}")
+    if tokenizer is not None and not tokenizer.is_file():
+        raise PhaseconvError(f"no such tokenizer file: {tokenizer}")
     with parked_stderr(not state["debug"]):  # the runtime's CPU probing on load
         set_threads(threads)
-        speech = SpeechProgram(program)
-    speaker = Speaker(speech, tokenizer, temperature, seed)
+        speech = SpeechProgram(program, tokenizer=tokenizer)
     settings = speech.settings
-    chosen = Voice(voice, settings["sample_rate"], settings["frame_size"]) if voice is not None else None
-    report = SpeechReport(0, 0, settings["sample_rate"], settings["frame_size"], speech.load_ms, 0.0, 0.0, 0.0)
-    report.voice_ms = speaker.set_voice(chosen)
+    if list_voices:
+        for name in speech.voices:
+            default = " (default)" if name == settings.default_voice else ""
+            console.print(f"{name}: {settings.voices[name]} positions{default}", highlight=False)
+        if not speech.voices:
+            console.print(
+                "no built-in voices: --voice takes a .safetensors voice state or an audio file", highlight=False
+            )
+        return
+    chosen = resolve_voice(voice, speech)
+    if export_voice is not None:
+        if chosen is None:
+            raise PhaseconvError("--export-voice needs --voice: the voice to write")
+        speaker = Speaker(speech, temperature, seed)
+        speaker.set_voice(chosen)
+        write_state(speaker.voice_state(), export_voice)
+        _note(f"wrote {export_voice} ({speaker.voice_positions} positions)")
+        return
+    speaker = Speaker(speech, temperature, seed)
+    unknown = speaker.unknown_characters(text)
+    if unknown:
+        _note(f"the tokenizer reads {' '.join(unknown)} as its unknown piece (pocket-tts speaks it so)")
+    report = SpeechReport(0, 0, settings.sample_rate, settings.frame_size, speech.load_ms)
+    report.voice_ms, report.voice = speaker.set_voice(chosen)
     chunks: list[bytes] = []
 
     def deliver(samples) -> None:
@@ -794,18 +866,17 @@ def tts(
         speaker.speak(text, deliver, report)
     if output is not None:
         write_wav(output, b"".join(chunks), report.sample_rate)
-    # the numbers' precision (a program lowered before --quantize-decoder existed does not say the decoder's)
-    precision = {"lm": settings.get("quantize") or "fp32", "decoder": settings.get("quantize_decoder") or "fp32"}
+    precision = {"lm": settings.quantize or "fp32", "decoder": settings.quantize_decoder or "fp32"}
     summary = report.to_dict() | {"threads": threads, "pipeline": pipeline, "precision": precision}
     if json_path is not None:
         write_atomically(json_path, json.dumps(summary, indent=2).encode())
     Console(stderr=True).print(
-        f"{report.frames} frames ({report.audio_seconds:.2f} s of audio, {report.chunks} chunk(s)) at {threads} "
-        f"thread(s), LM {precision['lm']}, decoder {precision['decoder']}"
+        f"{report.frames} frames ({report.audio_seconds:.2f} s of audio, {report.chunks} chunk(s)) in voice "
+        f"{report.voice} at {threads} thread(s), LM {precision['lm']}, decoder {precision['decoder']}"
         f"{', decoder in a second process' if pipeline else ''}: first audio {report.first_audio_ms:.1f} "
         f"ms after the text, per frame median LM {summary['lm_median_ms']:.2f} ms + decoder "
         f"{summary['decode_median_ms']:.2f} ms, real-time factor {report.real_time_factor:.3f}"
-        + (f"; {report.capped_chunks} chunk(s) stopped at the program's capacity" if report.capped_chunks else ""),
+        + (f"; {report.split_chunks} chunk(s) split at words to fit the cache" if report.split_chunks else ""),
         soft_wrap=True,
         highlight=False,
     )
@@ -827,7 +898,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="print JSON instea
             rows.append((spec, f"{model.description} ({package})"))
     try:
         from phaseconv.models.pocket_tts import DEFAULT_CONFIG, config_names
-        from phaseconv.models.pocket_tts.program import DEFAULT_TTS_CONFIG
+        from phaseconv.tts.program import DEFAULT_TTS_CONFIG
 
         configs = ", ".join(config_names())
         rows.append(

@@ -1,59 +1,154 @@
-"""`phaseconv lower pocket-tts-tts:CONFIG` and `phaseconv tts` through the installed console script."""
+"""`phaseconv lower pocket-tts-tts:CONFIG` and `phaseconv tts` as a user runs them: the config's
+weights, tokenizer and built-in voice from a Hugging Face cache (offline), two commands, and the
+audio of pocket-tts's own load_model and generate_audio on the same cache."""
 
 import json
 import subprocess
 import wave
 
+import numpy as np
 import pytest
+import torch
 
-from phaseconv.models.pocket_tts.stand_ins import stand_in_tokenizer, stand_in_voice
-from phaseconv.tts import METHODS
+from phaseconv.tts.contract import METHODS, generate_method
+from phaseconv.tts.stand_ins import environment, offline_cache, stand_in_cache, stand_in_tokenizer, stand_in_voice
 from tests.cli.test_cli import FACTORY, PHASECONV, ROOT, phaseconv, phaseconv_here
 
 pytest.importorskip("pocket_tts")
 
-# Lowering the whole program takes about 4 minutes (the `program` fixture): those tests run with -m slow.
+CONFIG = "english_2m_2026-10"
+TTS = f"pocket-tts-tts:{CONFIG}"
+# Lowering the whole program takes minutes (the `program` fixture): those tests run with -m slow.
 WHOLE_PROGRAM = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return stand_in_tokenizer(tmp_path_factory.mktemp("tokenizer") / "tokenizer.model", 4000)
+def cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    return root, stand_in_cache(root, CONFIG)
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory):
+def program(cache, tmp_path_factory):
+    """`phaseconv lower pocket-tts-tts:CONFIG -o tts.pte`, no other flag: (its --json, the file)."""
     path = tmp_path_factory.mktemp("tts") / "tts.pte"
-    result = phaseconv("lower", "pocket-tts-tts:english_2m_2026-10", "-o", path, "--capacity", 256, "--json")
+    result = phaseconv("lower", TTS, "-o", path, "--json", env=environment(cache[0]))
     assert result.returncode == 0, result.stderr
-    methods = json.loads(result.stdout)["methods"]
-    generate = {f"generate_{block}" for block in range(4)}  # 256 positions in blocks of 64
-    assert set(methods) == set(METHODS) - {"settings"} | generate
-    assert all(methods[name]["partitions"] == 1 for name in [*generate, "decode"])
-    assert set(methods["decode"]["outside"]) == {"aten::copy_"}
-    return path
+    return json.loads(result.stdout), path
+
+
+def speak(program, cache, tmp_path, text, *args):
+    out = tmp_path / "out.wav"
+    result = phaseconv("tts", program[1], text, *args, "--temperature", 0, "-o", out, env=environment(cache[0]))
+    assert result.returncode == 0, result.stderr
+    with wave.open(str(out)) as audio:
+        assert (audio.getnchannels(), audio.getsampwidth(), audio.getframerate()) == (1, 2, 24000)
+        return np.frombuffer(audio.readframes(audio.getnframes()), dtype="<i2").astype(np.int32), result
+
+
+def pocket_tts_pcm(cache, text, voice, truncate=False):
+    """pocket-tts's TTSModel.load_model and generate_audio, on the same cache, as 16-bit PCM."""
+    from pocket_tts.models.tts_model import TTSModel
+
+    from phaseconv.stream import to_pcm16
+
+    with offline_cache(cache[0]), torch.no_grad():
+        tts = TTSModel.load_model(language=CONFIG, temp=0.0)
+        audio = tts.generate_audio(tts.get_state_for_audio_prompt(voice, truncate=truncate), text)
+    return np.frombuffer(to_pcm16(audio), dtype="<i2").astype(np.int32)
 
 
 @WHOLE_PROGRAM
-def test_wav_and_summary(program, tokenizer, tmp_path):
-    voice = stand_in_voice(tmp_path / "voice.wav")
-    args = ["tts", program, "Hello there.", "--tokenizer", tokenizer, "--voice", voice]
-    result = phaseconv(*args, "-o", tmp_path / "out.wav", "--json", tmp_path / "s.json", "--seed", 1)
-    assert result.returncode == 0, result.stderr
-    summary = json.loads((tmp_path / "s.json").read_text())
-    with wave.open(str(tmp_path / "out.wav")) as audio:
-        assert (audio.getnchannels(), audio.getsampwidth(), audio.getframerate()) == (1, 2, 24000)
-        assert audio.getnframes() == summary["frames"] * 1920 > 0
-    assert summary["threads"] == 1 and summary["chunks"] == 1
-    assert summary["precision"] == {"lm": "fp32", "decoder": "fp32"}
-    assert {"first_audio_ms", "lm_median_ms", "decode_median_ms", "real_time_factor"} <= set(summary)
-    assert "real-time factor" in result.stderr and "1 thread" in result.stderr
+def test_lower_takes_the_configs_weights_tokenizer_and_voices(program, cache):
+    summary, _ = program
+    settings = summary["settings"]
+    assert settings["weights"] == "the config's, with voice cloning" and settings["voice_cloning"]
+    assert settings["tokenizer"] == "sentencepiece" and settings["config"] == CONFIG
+    assert list(settings["voices"]) == ["alba"] and settings["default_voice"] == "alba"
+    # a 30 s voice, 50 tokens and all the frames pocket-tts allows them, in blocks of 64
+    assert settings["capacity"] == 704 and settings["generate_blocks"] == [2, 5, 8, 10]
+    fixed = {m.name for m in METHODS if not m.name.endswith(("_B", "_NAME"))} - {"settings"}
+    methods = summary["methods"]
+    assert set(methods) == fixed | {generate_method(b) for b in settings["generate_blocks"]} | {"voice_alba"}
+    assert all(methods[generate_method(b)]["partitions"] == 1 for b in settings["generate_blocks"])
+    assert methods["decode"]["partitions"] == 1 and set(methods["decode"]["outside"]) == {"aten::copy_"}
+
+
+@WHOLE_PROGRAM
+@pytest.mark.parametrize("voice", ["alba", "state", "audio", None], ids=["built-in", "safetensors", "audio", "default"])
+def test_speaks_as_pocket_tts_does_with_the_same_cache(program, cache, tmp_path, voice):
+    """A built-in voice, pocket-tts's own .safetensors state of it, the audio it was made from, and no
+    voice (the default: alba): the audio pocket-tts gives, within a step of 16-bit PCM."""
+    text = "Hello from the cache, in two commands."
+    given = {"alba": "alba", "state": cache[1]["alba"], "audio": cache[1]["wav"], None: None}[voice]
+    pcm, result = speak(program, cache, tmp_path, text, *(["--voice", given] if given else []))
+    expected = pocket_tts_pcm(cache, text, {"audio": cache[1]["wav"], "state": cache[1]["alba"]}.get(voice, "alba"))
+    assert pcm.shape == expected.shape and np.abs(pcm - expected).max() <= 1
+    assert "real-time factor" in result.stderr
+
+
+@WHOLE_PROGRAM
+def test_a_recording_longer_than_30_s_is_spoken_in_its_first_30_s_as_pocket_tts_keeps_it(program, cache, tmp_path):
+    wav = stand_in_voice(tmp_path / "long.wav", seconds=40.0)
+    pcm, result = speak(program, cache, tmp_path, "A long voice.", "--voice", wav)
+    expected = pocket_tts_pcm(cache, "A long voice.", wav, truncate=True)
+    assert pcm.shape == expected.shape and np.abs(pcm - expected).max() <= 1
+    assert "its first 30 s" in result.stderr
+
+
+@WHOLE_PROGRAM
+def test_voices_listed_and_exported_as_pocket_tts_export_voice_writes_them(program, cache, tmp_path):
+    result = phaseconv("tts", program[1], "--list-voices")
+    assert result.returncode == 0 and result.stdout.startswith("alba: ") and "(default)" in result.stdout
+    exported = tmp_path / "me.safetensors"
+    result = phaseconv("tts", program[1], "--voice", cache[1]["wav"], "--export-voice", exported)
+    assert result.returncode == 0 and exported.is_file(), result.stderr
+    from phaseconv.tts.voices import read_state
+
+    torch.testing.assert_close(read_state(exported), read_state(cache[1]["alba"]), rtol=1e-3, atol=1e-3)
+    from_state, _ = speak(program, cache, tmp_path, "Same voice.", "--voice", exported)
+    from_audio, _ = speak(program, cache, tmp_path, "Same voice.", "--voice", cache[1]["wav"])
+    assert np.array_equal(from_state, from_audio)
+
+
+@WHOLE_PROGRAM
+@pytest.mark.parametrize("text", ["?!...", "Ça coûte 5 € — «日本語»."], ids=["punctuation-only", "uncovered"])
+def test_text_pocket_tts_would_speak_is_spoken_as_it_speaks_it(program, cache, tmp_path, text):
+    pcm, result = speak(program, cache, tmp_path, text, "--voice", "alba")
+    expected = pocket_tts_pcm(cache, text, "alba")
+    assert pcm.shape == expected.shape and np.abs(pcm - expected).max() <= 1
+    if text.startswith("Ça"):
+        assert "as its unknown piece" in result.stderr and "日" in result.stderr
+
+
+@WHOLE_PROGRAM
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["Hi.", "--voice", "bob"], "no voice 'bob': the program's built-in voices are alba"),
+        (["Hi.", "--voice", "{folder}/noise.wav"], "is not audio pocket-tts can read"),
+        (["Hi.", "--voice", "{folder}/noise.safetensors"], "is not a pocket-tts voice state"),
+        (["Hi.", "--voice", "{folder}/missing.wav"], "no such voice file"),
+        (["Hi.", "--tokenizer", "{folder}/small.model"], "vocab size=1000 but nbins=4000"),
+        (["  \n "], "the text is empty"),
+        (["Hi.", "--export-voice", "{folder}/no/such/folder/v.safetensors"], "does not exist"),
+    ],
+    ids=["unknown-voice", "voice-not-audio", "state-not-a-state", "no-voice-file", "tokenizer-size", "blank", "folder"],
+)
+def test_bad_input_gets_one_line_and_no_output(program, cache, tmp_path, extra, message):
+    (tmp_path / "noise.wav").write_bytes(b"RIFF not really")
+    (tmp_path / "noise.safetensors").write_bytes(b"not a state")
+    stand_in_tokenizer(tmp_path / "small.model", 1000)
+    extra = [e.format(folder=tmp_path) for e in extra]
+    result = phaseconv("tts", program[1], *extra, "-o", tmp_path / "out.wav", env=environment(cache[0]))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out.wav").exists()
 
 
 @WHOLE_PROGRAM
 @pytest.mark.parametrize("pipeline", [[], ["--pipeline"]], ids=["one process", "decoder in a second process"])
-def test_pcm_on_stdout_and_a_reader_that_closes_early(program, tokenizer, pipeline):
-    args = [*PHASECONV, "tts", str(program), "Hello there.", "--tokenizer", str(tokenizer), "--pcm", *pipeline]
+def test_pcm_on_stdout_and_a_reader_that_closes_early(program, pipeline):
+    args = [*PHASECONV, "tts", str(program[1]), "Hello there.", "--pcm", *pipeline]
     whole = subprocess.run(args, capture_output=True, cwd=ROOT, timeout=600)
     assert whole.returncode == 0 and len(whole.stdout) % (1920 * 2) == 0 and len(whole.stdout) > 1000
     # more audio than a pipe holds (64 KiB): the writes after the reader is gone fail
@@ -65,22 +160,31 @@ def test_pcm_on_stdout_and_a_reader_that_closes_early(program, tokenizer, pipeli
     assert reader.returncode == 1 and b"Traceback" not in stderr and b"error" not in stderr  # quiet
 
 
-@WHOLE_PROGRAM
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        (["--voice", "{folder}/noise.wav"], "is not audio pocket-tts can read"),
-        (["--tokenizer", "{folder}/small.model"], "vocab size=1000 but nbins=4000"),
-    ],
-    ids=["voice-not-audio", "tokenizer-size"],
-)
-def test_bad_files_get_one_line_and_no_output(program, tokenizer, tmp_path, extra, message):
-    (tmp_path / "noise.wav").write_bytes(b"RIFF not really")
-    stand_in_tokenizer(tmp_path / "small.model", 1000)
-    extra = [e.format(folder=tmp_path) for e in extra]
-    result = phaseconv("tts", program, "Hi.", "--tokenizer", tokenizer, *extra, "-o", tmp_path / "out.wav")
-    assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "out.wav").exists()
+@pytest.mark.parametrize("model", [TTS, f"pocket-tts:{CONFIG}"], ids=["whole model", "decoder step"])
+def test_weights_out_of_reach_get_one_line_naming_the_file_and_both_flags(tmp_path, model):
+    result = phaseconv("lower", model, "-o", tmp_path / "t.pte", env=environment(tmp_path / "empty"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "kyutai/pocket-tts-without-voice-cloning/languages/english_2m_2026-10/model.safetensors" in result.stderr
+    assert "HF_HUB_OFFLINE is set" in result.stderr and "--weights FILE or --random-weights" in result.stderr
+    assert not (tmp_path / "t.pte").exists()
+
+
+def test_weights_without_voice_cloning_are_the_fallback_and_refuse_an_audio_voice(tmp_path):
+    """The gated voice-cloning weights out of reach, pocket-tts falls back to the public ones; a program
+    of those refuses an audio voice with pocket-tts's own message."""
+    from types import SimpleNamespace
+
+    from phaseconv.errors import PhaseconvError
+    from phaseconv.models.pocket_tts import hub
+    from phaseconv.tts.runner import resolve_voice
+
+    stand_in_cache(tmp_path, CONFIG, cloning=False, voices=())
+    with offline_cache(tmp_path):
+        found = hub.weights(CONFIG)
+    assert not found.voice_cloning and found.source == "the config's, without voice cloning"
+    settings = SimpleNamespace(voices={}, voice_cloning=False, default_voice=None)
+    with pytest.raises(PhaseconvError, match="accept the terms"):
+        resolve_voice(str(tmp_path / "voice.wav"), SimpleNamespace(settings=settings))
 
 
 @pytest.fixture(scope="module")
@@ -93,38 +197,43 @@ def not_tts(tmp_path_factory):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["{not_tts}", "  ", "--tokenizer", "{tokenizer}", "--pcm"], "the text is empty"),
-        (["{not_tts}", "Hi.", "--tokenizer", "{tokenizer}"], "either --pcm (stdout) or -o out.wav"),
+        (["{not_tts}", "  ", "--pcm"], "the text is empty"),
+        (["{not_tts}", "Hi."], "either --pcm (stdout) or -o out.wav"),
+        (["{not_tts}"], "say what to speak"),
         (["{not_tts}", "Hi.", "--tokenizer", "missing.model", "--pcm"], "no such tokenizer file: missing.model"),
-        (["{not_tts}", "Hi.", "--tokenizer", "{tokenizer}", "--voice", "no.wav", "--pcm"], "no such voice file"),
-        (["{not_tts}", "Hi.", "--tokenizer", "{tokenizer}", "--pcm"], "is not a text-to-speech program"),
+        (["{not_tts}", "Hi.", "--pcm", "-o", "/no/such/folder/x.wav"], "either --pcm (stdout) or -o out.wav"),
+        (["{not_tts}", "Hi.", "-o", "/no/such/folder/x.wav"], "the folder /no/such/folder does not exist"),
+        (["{not_tts}", "Hi.", "--pcm"], "is not a text-to-speech program"),
     ],
-    ids=["empty-text", "no-output", "no-tokenizer", "no-voice", "not-tts"],
+    ids=["empty-text", "no-output", "no-text", "no-tokenizer", "two-outputs", "no-folder", "not-tts"],
 )
-def test_bad_input_gets_one_line(not_tts, tokenizer, args, message):
+def test_bad_input_gets_one_line(not_tts, args, message):
     # the last case loads the program, which sets XNNPACK's threads: only in a process of its own
     run = phaseconv if "is not a text-to-speech" in message else phaseconv_here
-    result = run("tts", *[a.format(not_tts=not_tts, tokenizer=tokenizer) for a in args])
+    result = run("tts", *[a.format(not_tts=not_tts) for a in args])
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
 
 
 def test_lower_tts_bad_config_and_options(tmp_path):
-    result = phaseconv_here("explain", "pocket-tts-tts:english_2m_2026-10")
+    result = phaseconv_here("explain", TTS)
     assert result.returncode == 2 and "a program of several methods" in result.stderr
     result = phaseconv_here("lower", "pocket-tts-tts:no_such_config", "-o", tmp_path / "t.pte")
     assert result.returncode == 2 and "unknown pocket-tts config 'no_such_config'" in result.stderr
     result = phaseconv_here("lower", FACTORY, "-o", tmp_path / "t.pte", "--capacity", 64)
     assert result.returncode == 2 and "--capacity and --quantize-decoder are for pocket-tts" in result.stderr
-    tts = "pocket-tts-tts:english_2m_2026-10"
-    result = phaseconv_here("lower", tts, "-o", tmp_path / "t.pte", "--quantize", "int8")
+    result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--quantize", "int8")
     assert result.returncode == 2 and "--quantize takes 8da4w or 8da8w for pocket-tts-tts:CONFIG" in result.stderr
-    result = phaseconv_here("lower", tts, "-o", tmp_path / "t.pte", "--quantize-decoder", "int4")
+    result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--quantize-decoder", "int4")
     assert result.returncode == 2 and "--quantize-decoder takes int8, got 'int4'" in result.stderr
     result = phaseconv_here("lower", FACTORY, "-o", tmp_path / "t.pte", "--quantize-decoder", "int8")
     assert result.returncode == 2 and "--quantize-decoder are for pocket-tts-tts:CONFIG" in result.stderr
-    result = phaseconv_here("lower", tts, "-o", tmp_path / "t.pte", "--no-weight-cache")
+    result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--no-weight-cache")
     assert result.returncode == 2 and "--no-weight-cache is not for pocket-tts-tts:CONFIG" in result.stderr
+    result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--random-weights", "--weights", "m.safetensors")
+    assert result.returncode == 2 and "not both" in result.stderr
+    result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--random-weights", "--voices", "alba")
+    assert result.returncode == 2 and "built-in voices are states of the config's released weights" in result.stderr
     assert not (tmp_path / "t.pte").exists()
 
 

@@ -6,15 +6,27 @@ import torch
 
 from phaseconv.models.pocket_tts.language_model import (
     MASKED,
+    PAD,
     SPILL,
     Generate,
+    LoadVoice,
     Prompt,
+    ReadVoice,
     attention_masks,
     block_sizes,
     quantize_linears,
     with_cache,
 )
-from phaseconv.models.pocket_tts.program import RESETS, EmbedText, EncodeVoice, build_tts, tts_programs, written_buffers
+from phaseconv.tts.program import (
+    RESETS,
+    EmbedText,
+    EncodeVoice,
+    build_tts,
+    generate_blocks,
+    random_model,
+    tts_programs,
+    written_buffers,
+)
 
 pytest.importorskip("pocket_tts")
 
@@ -89,10 +101,55 @@ def test_voice_encoded_a_few_frames_at_a_time_is_pocket_tts_encoding():
 def test_each_reset_writes_the_state_its_methods_write_under_the_same_names():
     """The methods share a buffer only when they name it alike: a reset of other names would leave the
     state of the last utterance in place (tts_programs also refuses to build such a program)."""
-    programs, _ = tts_programs(build_tts(CONFIGS[0]), CONFIGS[0], capacity=16)
+    programs, _, _ = tts_programs(random_model(CONFIGS[0]), capacity=64)
     for resetting, running in RESETS.items():
         state = written_buffers(programs, running)
         assert state and state <= written_buffers(programs, [resetting]), resetting
+
+
+@torch.no_grad()
+def test_padded_calls_later_frame_methods_and_voice_states_give_the_same_frames():
+    """What the program's fixed-size calls rely on: a prompt padded with PAD positions, a frame method
+    that reads more blocks than the frame needs, and a voice state loaded (LoadVoice) instead of
+    prompted give the frames of the plain calls; ReadVoice reads back the state the prompt wrote."""
+    tts = build_tts(CONFIGS[0])
+    conditioning = torch.randn(1, 11, tts.flow_lm.dim, generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, 4000, (1, 5), generator=torch.Generator().manual_seed(1))
+
+    def frames(voice, prompt_size, method_block, capacity=36):
+        flow_lm = with_cache(tts.flow_lm, capacity=capacity, block=8)
+        prompt = Prompt(flow_lm)
+
+        def padded_prompt(embeddings, first):
+            count = embeddings.shape[1]
+            filler = torch.zeros(1, prompt_size - count, embeddings.shape[2])
+            places = torch.cat([torch.arange(first, first + count), torch.full((prompt_size - count,), PAD)])
+            prompt(torch.cat([embeddings, filler], dim=1), places)
+
+        if voice is None:
+            padded_prompt(conditioning, 0)
+        else:
+            LoadVoice(flow_lm)(voice, torch.arange(voice.shape[2]))
+        padded_prompt(EmbedText(tts)(tokens), 11)
+        latent, start, out = torch.zeros(1, 1, flow_lm.ldim), torch.ones(1), []
+        for position in range(16, 30):
+            generate = Generate(flow_lm, method_block(position))
+            latent, eos = generate(latent, start, torch.zeros(1, flow_lm.ldim), torch.tensor([position]))
+            start = torch.zeros(1)
+            out.append(latent)
+        state = ReadVoice(flow_lm)(torch.arange(11))
+        return torch.cat(out, dim=1), state
+
+    plain, state = frames(None, 16, lambda p: p // 8)
+    torch.testing.assert_close(frames(None, 24, lambda p: p // 8)[0], plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(frames(None, 16, lambda p: 4)[0], plain, rtol=1e-5, atol=1e-6)
+    loaded, again = frames(state, 16, lambda p: p // 8)
+    torch.testing.assert_close(loaded, plain, rtol=1e-5, atol=1e-6)
+    assert torch.equal(again, state) and state.shape == (8, 2, 11, 1, 64)
+
+
+def test_frame_methods_step_up_to_the_last_block():
+    assert generate_blocks(11) == [2, 5, 8, 10] and generate_blocks(4) == [0, 1, 2, 3] and generate_blocks(2) == [0, 1]
 
 
 def test_masks_follow_pocket_tts_rule():

@@ -28,24 +28,38 @@ class ModelSource:
     prepared: bool = False  # the module was exported after phaseconv.prepare
 
 
-def load_model(spec: str, weights: Path | None = None, prepare: bool = True) -> ModelSource:
+def load_model(
+    spec: str, weights: Path | None = None, prepare: bool = True, random_weights: bool = False, say=None
+) -> ModelSource:
     """Load or build the exported program that `spec` names, with inputs to run it on.
 
     A module (from a factory or a built-in name) is exported after `phaseconv.prepare` unless
-    `prepare` is False; a .pt2 file is taken as it is. `weights` (a .safetensors file) is for
-    `pocket-tts:CONFIG`, whose weights cannot be downloaded here.
+    `prepare` is False; a .pt2 file is taken as it is. `pocket-tts:CONFIG` takes the weights of
+    `weights` (a .safetensors file), random ones (`random_weights`), or else the config's from the hub
+    or its cache (`say`, where given, is told which; without it, weights out of reach are an error).
     """
     if spec.startswith("pocket-tts-tts:"):
         raise PhaseconvError(
             f"{spec} is a program of several methods: `phaseconv lower {spec} -o tts.pte` builds it, "
             "`phaseconv tts tts.pte` speaks with it"
         )
-    if weights is not None and not spec.startswith("pocket-tts:"):
-        raise PhaseconvError(f"--weights is for pocket-tts:CONFIG models, not {spec}")
+    if (weights is not None or random_weights) and not spec.startswith("pocket-tts:"):
+        raise PhaseconvError(f"--weights and --random-weights are for pocket-tts:CONFIG models, not {spec}")
     if spec.startswith("pocket-tts:"):
-        from phaseconv.models.pocket_tts import DEFAULT_CONFIG, mimi_step
+        from phaseconv.models.pocket_tts import DEFAULT_CONFIG, hub, mimi_step
 
         config = spec.removeprefix("pocket-tts:") or DEFAULT_CONFIG
+        hub.config_path(config)
+        if weights is None and not random_weights:
+            try:
+                found = hub.weights(config)
+                weights = found.path
+                if say is not None:
+                    say(f"{spec}: weights {found.source}")
+            except PhaseconvError:
+                if say is None:
+                    raise
+                say(f"{spec}: random weights (the config's are out of reach; `lower` takes --weights FILE)")
         return _from_factory(spec, lambda: mimi_step(config, weights), prepare)
     from phaseconv.models import DEMO_MODELS, FAMILIES
 

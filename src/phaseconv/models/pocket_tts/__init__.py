@@ -1,6 +1,6 @@
 """pocket-tts (Kyutai's CPU text-to-speech) on ExecuTorch: the Mimi decoder as a streaming step
-(decoder.py), the flow language model's step with its KV cache as state (language_model.py), and
-the text-to-speech program that joins them with the text and voice conditioning (program.py)."""
+(decoder.py), the flow language model's steps with its KV cache as state (language_model.py), and
+the config's files as pocket-tts gets them (hub.py). The program that joins them is phaseconv.tts."""
 
 from phaseconv.models.pocket_tts.decoder import (
     DEFAULT_CONFIG,

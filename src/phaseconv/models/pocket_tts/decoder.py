@@ -23,22 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from phaseconv.errors import PhaseconvError
+from phaseconv.models.pocket_tts.hub import DEFAULT_LANGUAGE, _pocket_tts, config_names, config_path
 
-DEFAULT_CONFIG = "english_2026-09"
-
-
-def _pocket_tts():
-    try:
-        import pocket_tts
-    except ImportError:
-        raise PhaseconvError("the pocket-tts models need `pip install pocket-tts`") from None
-    return pocket_tts
-
-
-def config_names() -> list[str]:
-    """The configs shipped inside the pocket-tts package."""
-    folder = Path(_pocket_tts().__file__).parent / "config"
-    return sorted(path.stem for path in folder.glob("*.yaml"))
+DEFAULT_CONFIG = DEFAULT_LANGUAGE
 
 
 def build_mimi(config: str = DEFAULT_CONFIG, weights: str | Path | None = None, seed: int = 0) -> nn.Module:
@@ -48,11 +35,9 @@ def build_mimi(config: str = DEFAULT_CONFIG, weights: str | Path | None = None, 
     from pocket_tts.models.mimi import build_mimi as build
     from pocket_tts.utils.config import load_config
 
-    if config not in config_names():
-        raise PhaseconvError(f"unknown pocket-tts config {config!r}; shipped: {', '.join(config_names())}")
-    folder = Path(_pocket_tts().__file__).parent / "config"
+    path = config_path(config)
     torch.manual_seed(seed)
-    mimi = build(load_config(folder / f"{config}.yaml").mimi).eval()
+    mimi = build(load_config(path).mimi).eval()
     if weights is not None:
         load_weights(mimi, Path(weights), config)
     return mimi

@@ -8,7 +8,13 @@ blocks of 64 positions, and the caller names the positions of each call's tokens
 
     prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D]         (voice or text conditioning)
     Generate(flow_lm, block b): (latent, start, noise, positions [1]) -> (latent, eos_logit)
-                                                           (one frame at a position in block b)
+                                                           (one frame at a position in blocks 0 .. b)
+    LoadVoice: (state [L, 2, T, H, D], positions [T])      (a voice state, as pocket-tts keeps it,
+                                                           into the cache)
+    ReadVoice: (positions [T]) -> state [L, 2, T, H, D]    (the cache at those positions)
+
+A call's positions may end with PAD: such a token's keys and values go to the spill slots and no
+query attends them, so a call of a fixed number of tokens serves any number up to it.
 
 `CachedAttention` replaces `StreamingMultiheadAttention`: the same projections and RoPE, and the
 same mask rule (a token at position p sees the keys at positions <= p), over the cache's slots
@@ -58,6 +64,8 @@ def block_starts(sizes: list[int]) -> list[int]:
 
 # The position a block's spill slot holds for the masks: past any other, so never attended.
 SPILL = float(2**24)
+# A call's padding: a position past every block, written to the spill slots.
+PAD = 2**24
 
 
 class CachedAttention(nn.Module):
@@ -105,11 +113,21 @@ class CachedAttention(nn.Module):
         scores = torch.cat([cached, torch.bmm(q, new_keys) + own_mask], dim=-1)
         weights = torch.softmax(scores, dim=-1).split([block.shape[-1] for block in keys] + [t], dim=-1)
         x = functools.reduce(torch.add, [torch.bmm(w, block) for w, block in zip(weights, [*values, new_values])])
-        for number, places in call["writes"].items():
-            self.get_buffer(f"keys_{number}").index_copy_(2, places, new_keys)
-            self.get_buffer(f"values_{number}").index_copy_(1, places, new_values)
+        self.write(new_keys, new_values, call["writes"])
         x = x.view(kv_heads, group, t, d).permute(2, 0, 1, 3).reshape(1, t, a.num_heads * d)
         return a.out_proj(x)
+
+    def write(self, keys: torch.Tensor, values: torch.Tensor, writes: dict) -> None:
+        """keys [H_kv, D, T] and values [H_kv, T, D] into the slots `writes` names per block."""
+        for number, places in writes.items():
+            self.get_buffer(f"keys_{number}").index_copy_(2, places, keys)
+            self.get_buffer(f"values_{number}").index_copy_(1, places, values)
+
+    def read(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values [T, H_kv, D] at `slots`, numbered over the blocks laid end to end."""
+        keys = torch.cat(self.blocks("keys"), dim=-1).index_select(2, slots)
+        values = torch.cat(self.blocks("values"), dim=1).index_select(1, slots)
+        return keys.permute(2, 0, 1), values.permute(1, 0, 2)
 
 
 def with_cache(flow_lm: nn.Module, capacity: int, block: int = CACHE_BLOCK) -> nn.Module:
@@ -169,22 +187,23 @@ def quantize_linears(flow_lm: nn.Module, scheme: str) -> None:
         quantize_(flow_lm, config, filter_fn=chosen)
 
 
-def _call(positions: torch.Tensor, steps: int, sizes: list[int], blocks: int, write: int | None) -> dict:
-    """What every layer reads for a call: the first position (RoPE's offset), the cache blocks read
-    and the mask over them, and where to write the call's keys and values: {block: slots}, into the
-    block `write` (which holds all the positions), or into every block (None), its spill slot
-    taking the positions that fall in other blocks."""
+def block_writes(positions: torch.Tensor, sizes: list[int], blocks: int) -> dict:
+    """{block: slots} for the first `blocks` blocks: a position's own slot in the block that holds
+    it, the block's spill slot in the others (a PAD position spills everywhere)."""
+    writes = {}
+    for number, (start, size) in enumerate(zip(block_starts(sizes)[:blocks], sizes[:blocks])):
+        places = positions - start
+        writes[number] = torch.where((places >= 0) & (places < size), places, size)
+    return writes
+
+
+def _call(positions: torch.Tensor, steps: int, sizes: list[int], blocks: int) -> dict:
+    """What every layer reads for a call: the first position (RoPE's offset), the first `blocks`
+    cache blocks and the mask over them, and where in those blocks the call's keys and values go."""
     first = positions[:1].to(torch.float32)
-    starts = block_starts(sizes)
-    read = zip(starts[:blocks], sizes[:blocks])
+    read = zip(block_starts(sizes)[:blocks], sizes[:blocks])
     slots = torch.tensor([p for start, size in read for p in [*range(start, start + size), SPILL]], dtype=torch.float32)
-    if write is not None:
-        writes = {write: positions - starts[write] if starts[write] else positions}
-    else:
-        writes = {}
-        for number, (start, size) in enumerate(zip(starts, sizes)):
-            places = positions - start
-            writes[number] = torch.where((places >= 0) & (places < size), places, size)
+    writes = block_writes(positions, sizes, blocks)
     return {"first": first, "blocks": blocks, "masks": attention_masks(first, steps, slots), "writes": writes}
 
 
@@ -207,7 +226,7 @@ class Prompt(nn.Module):
 
     def forward(self, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         sizes = self.transformer.layers[0].self_attn.sizes
-        call = _call(positions, embeddings.shape[1], sizes, len(sizes), None)  # every block read, any written
+        call = _call(positions, embeddings.shape[1], sizes, len(sizes))  # every block read, any written
         return self.out_norm(self.transformer(embeddings, call)[:, -1])
 
 
@@ -215,7 +234,7 @@ class Generate(nn.Module):
     """One frame of `FlowLMModel.forward` in generation: the previous latent (the learned BOS when
     `start` is 1) in, the next latent and the end-of-speech logit out; `noise` [1, ldim] is the flow's
     starting point (zeros at temperature 0), drawn by the caller as pocket-tts draws it.
-    `block`: the cache block the frame's position falls in; the frame reads the blocks up to it."""
+    `block`: the last cache block read: the frame's position falls in one of blocks 0 .. block."""
 
     def __init__(self, flow_lm: nn.Module, block: int, decode_steps: int = 1):
         super().__init__()
@@ -240,13 +259,53 @@ class Generate(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # pocket-tts marks the first frame with NaN and swaps in bos_emb; here a flag does (0 or 1)
         sequence = latent * (1 - start) + self.bos_emb * start
-        call = _call(positions, 1, self.transformer.layers[0].self_attn.sizes, self.block + 1, self.block)
+        call = _call(positions, 1, self.transformer.layers[0].self_attn.sizes, self.block + 1)
         hidden = self.out_norm(self.transformer(self.input_linear(sequence), call))
         if self.z_proj is not None:
             hidden = self.z_proj(hidden)
         hidden = hidden[:, -1]
         eos_logit = self.out_eos(hidden)
         return self.sample(functools.partial(self.flow_net, hidden), noise)[:, None], eos_logit
+
+
+def attention_layers(flow_lm: nn.Module) -> list[CachedAttention]:
+    return [layer.self_attn for layer in flow_lm.transformer.layers]
+
+
+class LoadVoice(nn.Module):
+    """A voice state into the cache: state [L, 2, T, H_kv, D] (per layer, keys then values, as
+    pocket-tts's `cache` holds them) at `positions` [T] (PAD: not written)."""
+
+    def __init__(self, flow_lm: nn.Module):
+        super().__init__()
+        self.transformer = flow_lm.transformer
+
+    def forward(self, state: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        layers = attention_layers(self)
+        writes = block_writes(positions, layers[0].sizes, len(layers[0].sizes))
+        for number, attention in enumerate(layers):
+            attention.write(state[number, 0].permute(1, 2, 0), state[number, 1].permute(1, 0, 2), writes)
+        return torch.zeros(1)
+
+
+class ReadVoice(nn.Module):
+    """The cache at `positions` [T] as a voice state [L, 2, T, H_kv, D] (LoadVoice's input). It writes
+    zeros to the spill slots too: a method that only reads a buffer has it taken for a constant by
+    XNNPACK's partitioner, which reads the value the buffer had when exported."""
+
+    def __init__(self, flow_lm: nn.Module):
+        super().__init__()
+        self.transformer = flow_lm.transformer
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        layers = attention_layers(self)
+        slots = positions + torch.div(positions, layers[0].sizes[0], rounding_mode="floor")  # a spill slot per block
+        state = torch.stack([torch.stack(attention.read(slots)) for attention in layers])
+        spill = {number: torch.tensor([size]) for number, size in enumerate(layers[0].sizes)}
+        heads, width = state.shape[3], state.shape[4]
+        for attention in layers:
+            attention.write(torch.zeros(heads, width, 1), torch.zeros(heads, 1, width), spill)
+        return state
 
 
 class ClearCache(nn.Module):

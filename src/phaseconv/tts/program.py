@@ -1,32 +1,18 @@
-"""pocket-tts's whole text-to-speech model as one ExecuTorch program of several methods.
-
-    embed_text(tokens [1, T]) -> embeddings [1, T, D]            the text conditioning
-    voice_start() -> [1, 1, D]                                   the conditioning before a voice prompt
-    encode_voice(audio [1, 1, 4 * frame]) -> [1, 4, D]           Mimi's encoder and the speaker
-    reset_encoder() -> zero [1]                                    projection, 4 frames a call, streamed
-    prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D] conditioning into the LM's cache,
-                                                                 T <= 128 a call
-    generate_b(latent, start, noise, positions [1]) -> (latent, eos_logit)  one 80 ms frame, at a
-                                                                 position in the cache's block b
-    clear_cache() -> zero [1]                                    the LM's cache to zeros
-    decode(latent [1, 1, ldim]) -> pcm [1, 1, frame]             the Mimi decoder step
-    reset_decoder() -> zero [1]                                  the decoder's state to its start
-    settings() -> JSON                                           what a runner needs (settings_of)
+"""pocket-tts's whole text-to-speech model as one ExecuTorch program of several methods, the
+contract's (contract.py): the text and voice conditioning, the flow language model over a KV cache,
+the Mimi decoder, the config's tokenizer and settings, and the built-in voices' states.
 
 The encoder's and decoder's states and the language model's KV cache are buffers the methods share
-(ExecuTorch's `share_mutable_buffers`), so a runner calls the methods in pocket-tts's order: the
-voice prompt at positions 0 .. V - 1 once, then per chunk of text its tokens at V .. V + T - 1 and
-one frame per position after them; the next chunk starts again at V (pocket-tts copies the voice's
-state per chunk), with the decoder reset (pocket-tts starts a new decoder per chunk). A shared
-buffer's initial value is in the file once, with the first method that has it, and is loaded with
-that method; a runner that loads only some methods calls the reset methods before it uses their
-state (the runner calls them before every utterance).
+(ExecuTorch's `share_mutable_buffers`). A shared buffer's initial value is in the file once, with
+the first method that has it, and is loaded with that method; a runner that loads only some methods
+calls the reset methods before it uses their state (the runner calls them before every utterance).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
 
@@ -36,58 +22,46 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.models.pocket_tts.decoder import (
-    EncoderStep,
-    MimiStep,
-    StreamingStep,
-    _pocket_tts,
-    check_state,
-    config_names,
-)
+from phaseconv.models.pocket_tts import hub
+from phaseconv.models.pocket_tts.decoder import EncoderStep, MimiStep, StreamingStep, check_state
 from phaseconv.models.pocket_tts.language_model import (
     CACHE_BLOCK,
+    PAD,
     ClearCache,
     Generate,
+    LoadVoice,
     Prompt,
-    block_starts,
+    ReadVoice,
     cache_blocks,
     capacity_of,
     draw_noise,
     quantize_linears,
     with_cache,
 )
+from phaseconv.tts import voices as voice_states
+from phaseconv.tts.contract import PROMPT_TOKENS, VOICE_POSITIONS, Settings, generate_method, voice_method
 
-DEFAULT_TTS_CONFIG = "english_18m_2026-10"
-# Positions of the language model's cache: a voice prompt (12.5 per second), a chunk's text tokens and
-# the frames generated for it (pocket-tts allows (tokens / 3 + 2) s of them: 234 for 50 tokens; speech
-# of 50 tokens takes about 100). 384 holds a 10 s voice, 50 tokens and 16 s of audio; a frame reads the
-# cache's blocks up to its position, a prompt reads them all, so a prompt's cost grows with it.
-DEFAULT_CAPACITY = 384
+DEFAULT_TTS_CONFIG = hub.DEFAULT_LANGUAGE
 # A chunk's tokens at most: pocket-tts's MAX_TOKEN_PER_CHUNK (50) is where it splits; a sentence with
 # no punctuation to split at can run longer.
 MAX_TEXT_TOKENS = 128
-# Tokens per call of prompt, at most: its activations' memory grows with them (english_18m: 25.1 MiB
-# planned for 384, 5.5 for 128), so a long text chunk or a voice prompt above 5 s takes several calls.
-PROMPT_TOKENS_PER_CALL = 64
-# Frames of a voice prompt per call of encode_voice (80 ms each): its activations' memory, planned and
-# XNNPACK's (english_2m: 9.2 + 6.6 MiB for 4 frames, 3.8 + 2.0 for 1), against about 1.5x the time
-# (each call reads the encoder's weights again: a 4 s voice 487 ms against 330, english_2m, 1 thread).
+# Frames of an audio voice per call of encode_voice: the encoder's activations are those of one frame.
 VOICE_FRAMES_PER_CALL = 1
+# Frame methods at most: each reads the cache blocks up to its own, so a frame's attention costs about
+# what the utterance holds, and each is a whole language model to lower.
+GENERATE_METHODS = 4
 # The int8 decoder's calibration: frames the language model generates in a row after this many random
 # text tokens (the scales of a streaming step depend on its state: the frames are fed in order).
 CALIBRATION_FRAMES, CALIBRATION_TOKENS = 40, 20
 DECODER_QUANTIZATION = ("int8",)
+# Where pocket-tts's TTSModel keeps these (class attributes), read once here for the settings.
+_TTS_CONSTANTS = ("_MIN_FRAMES_BEFORE_EOS", "_TOKENS_PER_SECOND_ESTIMATE", "_GEN_SECONDS_PADDING")
 
 
 def load_tts_config(config: str):
-    """pocket-tts's Config for a shipped config name, its weights and tokenizer paths cleared
-    (they point at a hub this code does not reach: the caller gives files)."""
-    _pocket_tts()
-    from pocket_tts.utils.config import CONFIGS_DIR, load_config
-
-    if config not in config_names():
-        raise PhaseconvError(f"unknown pocket-tts config {config!r}; shipped: {', '.join(config_names())}")
-    settings = load_config(CONFIGS_DIR / f"{config}.yaml")
+    """pocket-tts's Config for a shipped config, its weights and tokenizer paths cleared (the caller
+    gives the model's weights and tokenizer)."""
+    settings = hub.load_config(config)
     settings.weights_path = settings.weights_path_without_voice_cloning = None
     settings.flow_lm.weights_path = settings.mimi.weights_path = None
     return settings
@@ -100,7 +74,7 @@ def load_tokenizer(path: Path, n_bins: int):
 
     if not path.is_file():
         raise PhaseconvError(f"no such tokenizer file: {path}")
-    kind = "tokenizers" if path.suffix == ".json" else "sentencepiece"
+    kind = tokenizer_kind(path)
     try:
         return build_tokenizer(n_bins, str(path), kind)
     except AssertionError as error:  # pocket-tts asserts the vocabulary size
@@ -109,20 +83,31 @@ def load_tokenizer(path: Path, n_bins: int):
         raise PhaseconvError(f"{path} is not a {kind} tokenizer: {type(error).__name__}: {error}") from None
 
 
+def tokenizer_kind(path: Path) -> str:
+    return "tokenizers" if path.suffix == ".json" else "sentencepiece"
+
+
+def _built(config, **weights_paths):
+    """pocket-tts's TTSModel for a Config, built by its own loader (weights from the paths given, or
+    left as built), its tokenizer left out (read here from a local file)."""
+    from pocket_tts.models.tts_model import TTSModel
+
+    for name, value in weights_paths.items():
+        setattr(config, name, value)
+    with mock.patch("pocket_tts.modules.text_conditioner.build_tokenizer", lambda *args, **kwargs: None):
+        return TTSModel._from_pydantic_config_with_weights(
+            config, config.default_temperature, 1, None, config.default_eos_threshold
+        )
+
+
 def build_tts(config: str = DEFAULT_TTS_CONFIG, weights: Path | None = None, tokenizer: Path | None = None, seed=0):
     """pocket-tts's TTSModel for a shipped config, built by its own code: random weights (seeded) or
     those of `weights` (the whole model's .safetensors: flow_lm.* and mimi.* keys), and the tokenizer
     of `tokenizer` (none: the model can run but not read text)."""
-    _pocket_tts()
-    from pocket_tts.models.tts_model import TTSModel
-
+    hub._pocket_tts()
     settings = load_tts_config(config)
     torch.manual_seed(seed)
-    # Its conditioner builds the tokenizer from the config's (hub) path: built here from the file given.
-    with mock.patch("pocket_tts.modules.text_conditioner.build_tokenizer", lambda *args, **kwargs: None):
-        tts = TTSModel._from_pydantic_config_with_weights(
-            settings, settings.default_temperature, 1, None, settings.default_eos_threshold
-        )
+    tts = _built(settings)
     if weights is not None:
         load_tts_weights(tts, weights, config)
     else:  # pocket-tts leaves it zero for its weights file to fill: random, or every voice would be silence
@@ -145,6 +130,56 @@ def load_tts_weights(tts: nn.Module, path: Path, config: str) -> None:
         raise PhaseconvError(f"cannot read {path} as safetensors: {type(error).__name__}: {error}") from None
     check_state(tts.state_dict(), state, path, config)
     tts.load_state_dict(state, strict=True)
+
+
+@dataclass
+class Model:
+    """A pocket-tts model to lower, and where its parts came from."""
+
+    tts: nn.Module
+    config: str
+    weights: str  # in words
+    voice_cloning: bool
+    tokenizer: Path | None = None
+    voices: dict[str, torch.Tensor] = field(default_factory=dict)  # built-in voice -> state
+
+
+def load_model(
+    config: str = DEFAULT_TTS_CONFIG,
+    weights: Path | None = None,
+    tokenizer: Path | None = None,
+    random_weights: bool = False,
+    voices: list[str] | None = None,
+    seed: int = 0,
+) -> Model:
+    """The model as pocket-tts loads it for `config` (a config or language name): the config's weights,
+    tokenizer and built-in voices from the hub or its cache (hub.py); or the weights of `weights`, or
+    random ones (`random_weights`, seeded), which built-in voices do not fit (pocket-tts refuses them
+    with custom weights). `tokenizer` replaces the config's; `voices` picks built-in voices by name."""
+    hub.config_path(config)  # an unknown name first
+    if weights is not None and random_weights:
+        raise PhaseconvError("give --weights FILE or --random-weights, not both")
+    if voices and (weights is not None or random_weights):
+        raise PhaseconvError(
+            "built-in voices are states of the config's released weights: --voices goes without --weights "
+            "and --random-weights (pocket-tts refuses them with other weights)"
+        )
+    if random_weights:
+        return random_model(config, tokenizer or hub.tokenizer(config), seed)
+    if weights is not None:
+        tokenizer = tokenizer or hub.tokenizer(config)
+        return Model(build_tts(config, weights, tokenizer), config, weights.name, True, tokenizer)
+    found = hub.weights(config)
+    tokenizer = tokenizer or hub.tokenizer(config)
+    tts = _built(hub.load_config(config), weights_path=str(found.path), weights_path_without_voice_cloning=None)
+    tts.flow_lm.conditioner.tokenizer = load_tokenizer(tokenizer, tts.config.flow_lm.lookup_table.n_bins)
+    states = {name: voice_states.read_state(path) for name, path in hub.voices(config, voices).items()}
+    return Model(tts.eval(), config, found.source, found.voice_cloning, tokenizer, states)
+
+
+def random_model(config: str = DEFAULT_TTS_CONFIG, tokenizer: Path | None = None, seed: int = 0) -> Model:
+    """The model with random weights (seeded): for tests and benchmarks."""
+    return Model(build_tts(config, None, tokenizer, seed), config, f"random (seed {seed})", True, tokenizer)
 
 
 class EmbedText(nn.Module):
@@ -218,33 +253,78 @@ class ResetState(nn.Module):
         return torch.zeros(1)
 
 
-def settings_of(tts: nn.Module, config: str, capacity: int) -> dict:
-    """What the runner reads from the program: the config's generation and text settings."""
-    settings = tts.config
-    return {
-        "kind": "pocket-tts-tts",
-        "voice_start": tts.flow_lm.insert_bos_before_voice,
-        "voice_frames_per_call": VOICE_FRAMES_PER_CALL,
-        "config": config,
-        "capacity": capacity,
-        "cache_block": CACHE_BLOCK,
-        "max_text_tokens": MAX_TEXT_TOKENS,
-        "prompt_tokens_per_call": min(PROMPT_TOKENS_PER_CALL, capacity),
-        "n_bins": settings.flow_lm.lookup_table.n_bins,
-        "latent_dim": tts.flow_lm.ldim,
-        "sample_rate": tts.sample_rate,
-        "frame_rate": settings.mimi.frame_rate,
-        "frame_size": tts.mimi.frame_size,
-        "temperature": settings.default_temperature,
-        "eos_threshold": settings.default_eos_threshold,
-        "noise_clamp": tts.noise_clamp,
-        "frames_after_eos": settings.model_recommended_frames_after_eos,
-        "pad_with_spaces_for_short_inputs": settings.pad_with_spaces_for_short_inputs,
-        "remove_semicolons": settings.remove_semicolons,
-        "append_terminal_punctuation": settings.append_terminal_punctuation,
-        "capitalize_first_letter": settings.capitalize_first_letter,
-        "replace_characters": settings.replace_characters,
-    }
+def _max_tokens_per_chunk() -> int:
+    from pocket_tts.default_parameters import MAX_TOKEN_PER_CHUNK
+
+    return MAX_TOKEN_PER_CHUNK
+
+
+def capacity_for(model: Model) -> int:
+    """Cache positions for the longest voice (a built-in one, or 30 s of audio where the weights clone)
+    and a chunk of pocket-tts's most tokens with all the frames it allows, in whole blocks."""
+    tts = model.tts
+    longest = max([state.shape[2] for state in model.voices.values()], default=0)
+    if model.voice_cloning:
+        longest = max(
+            longest, voice_states.longest_audio_voice(tts.sample_rate, tts.mimi.frame_size, _voice_start(tts))
+        )
+    tokens = _max_tokens_per_chunk()
+    seconds = tokens / tts._TOKENS_PER_SECOND_ESTIMATE + tts._GEN_SECONDS_PADDING
+    needed = longest + tokens + math.ceil(seconds * tts.config.mimi.frame_rate)
+    return -(-needed // CACHE_BLOCK) * CACHE_BLOCK
+
+
+def generate_blocks(blocks: int, methods: int = GENERATE_METHODS) -> list[int]:
+    """The last block each frame method reads: `methods` steps up to the last block, evenly spread."""
+    return sorted({math.ceil(blocks * step / methods) - 1 for step in range(1, methods + 1)})
+
+
+def _voice_start(tts: nn.Module) -> bool:
+    return bool(tts.flow_lm.insert_bos_before_voice)
+
+
+def settings_of(model: Model, capacity: int, blocks: list[int], quantize, quantize_decoder) -> Settings:
+    """The settings the runner reads from the program: shapes, and the config's generation and text settings."""
+    tts, config = model.tts, model.tts.config
+    attention = tts.flow_lm.transformer.layers[0].self_attn
+    return Settings(
+        config=model.config,
+        weights=model.weights,
+        voice_cloning=model.voice_cloning,
+        capacity=capacity,
+        cache_block=CACHE_BLOCK,
+        generate_blocks=blocks,
+        layers=len(tts.flow_lm.transformer.layers),
+        kv_heads=attention.num_kv_heads,
+        head_dim=attention.dim_per_head,
+        dim=tts.flow_lm.dim,
+        latent_dim=tts.flow_lm.ldim,
+        n_bins=config.flow_lm.lookup_table.n_bins,
+        voice_start=_voice_start(tts),
+        sample_rate=tts.sample_rate,
+        frame_rate=config.mimi.frame_rate,
+        frame_size=tts.mimi.frame_size,
+        temperature=config.default_temperature,
+        eos_threshold=config.default_eos_threshold,
+        noise_clamp=tts.noise_clamp,
+        frames_after_eos=config.model_recommended_frames_after_eos,
+        min_frames_before_eos=tts._MIN_FRAMES_BEFORE_EOS,
+        max_tokens_per_chunk=_max_tokens_per_chunk(),
+        tokens_per_second=tts._TOKENS_PER_SECOND_ESTIMATE,
+        gen_seconds_padding=tts._GEN_SECONDS_PADDING,
+        max_voice_seconds=voice_states.MAX_VOICE_SECONDS,
+        pad_with_spaces_for_short_inputs=config.pad_with_spaces_for_short_inputs,
+        remove_semicolons=config.remove_semicolons,
+        append_terminal_punctuation=config.append_terminal_punctuation,
+        capitalize_first_letter=config.capitalize_first_letter,
+        replace_characters=dict(config.replace_characters),
+        tokenizer=tokenizer_kind(model.tokenizer) if model.tokenizer is not None else None,
+        voices={name: state.shape[2] for name, state in model.voices.items()},
+        default_voice=hub.default_voice(model.config) if hub.default_voice(model.config) in model.voices else None,
+        quantize=quantize,
+        quantize_decoder=quantize_decoder,
+        max_text_tokens=MAX_TEXT_TOKENS,
+    )
 
 
 @contextlib.contextmanager
@@ -264,7 +344,7 @@ def _fresh_mask_cache():
 RESETS = {
     "reset_encoder": ["encode_voice"],
     "reset_decoder": ["decode"],
-    "clear_cache": ["prompt", "generate"],  # generate_0, generate_1, ...: one per cache block
+    "clear_cache": ["prompt", "generate", "load_voice"],  # generate_0, generate_1, ...: one per ladder step
 }
 
 
@@ -312,38 +392,43 @@ def quantized_decode(program: ExportedProgram, tts: nn.Module, decode: Decode) -
 
 
 def tts_programs(
-    tts: nn.Module,
-    config: str,
-    capacity: int = DEFAULT_CAPACITY,
+    model: Model,
+    capacity: int | None = None,
     quantize: str | None = None,
     quantize_decoder: str | None = None,
-) -> tuple[dict[str, ExportedProgram], dict]:
-    """The exported methods of the text-to-speech program, and its settings; `quantize` (8da4w or
-    8da8w) quantizes the language model's linear layers, `quantize_decoder` (int8) the decode method."""
+) -> tuple[dict[str, ExportedProgram], dict, Settings]:
+    """The exported methods of the text-to-speech program, its constant methods and its settings;
+    `capacity` (default: capacity_for) sizes the cache, `quantize` (8da4w or 8da8w) quantizes the
+    language model's linear layers, `quantize_decoder` (int8) the decode method."""
     if quantize_decoder not in (None, *DECODER_QUANTIZATION):
         known = ", ".join(DECODER_QUANTIZATION)
         raise PhaseconvError(f"the decoder's quantization is one of {known}, got {quantize_decoder!r}")
+    tts = model.tts
+    capacity = capacity or capacity_for(model)
     flow_lm = with_cache(tts.flow_lm, capacity)
     if quantize is not None:
         quantize_linears(flow_lm, quantize)
+    blocks = generate_blocks(len(cache_blocks(flow_lm)))
     decode, voice = Decode(tts, MimiStep(tts.mimi)), EncodeVoice(tts)
     dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
+    attention = flow_lm.transformer.layers[0].self_attn.attention
+    state = torch.zeros(
+        len(flow_lm.transformer.layers), 2, VOICE_POSITIONS, attention.num_kv_heads, attention.dim_per_head
+    )
     tokens = Dim("tokens", min=1, max=MAX_TEXT_TOKENS)
-    positions = Dim("positions", min=1, max=min(PROMPT_TOKENS_PER_CALL, capacity))
     one, latent, noise = torch.zeros(1), torch.zeros(1, 1, ldim), torch.zeros(1, ldim)
+    positions = torch.full((VOICE_POSITIONS,), PAD)
     methods = {
         "embed_text": (EmbedText(tts), (torch.zeros(1, 5, dtype=torch.long),), ({1: tokens},)),
         "voice_start": (VoiceStart(tts), (), None),
         "encode_voice": (voice, (torch.zeros(1, 1, VOICE_FRAMES_PER_CALL * frame),), None),
         "reset_encoder": (ResetState(voice.encoder, "encoder"), (), None),
-        "prompt": (
-            Prompt(flow_lm),
-            (torch.zeros(1, 5, dim), torch.arange(5)),
-            ({1: positions}, {0: positions}),
-        ),
-        **{  # one per cache block, its example position the block's first
-            f"generate_{block}": (Generate(flow_lm, block), (latent, one, noise, torch.tensor([first])), None)
-            for block, first in enumerate(block_starts(cache_blocks(flow_lm)))
+        "prompt": (Prompt(flow_lm), (torch.zeros(1, PROMPT_TOKENS, dim), torch.arange(PROMPT_TOKENS)), None),
+        "load_voice": (LoadVoice(flow_lm), (state, positions), None),
+        "read_voice": (ReadVoice(flow_lm), (torch.arange(VOICE_POSITIONS),), None),
+        **{
+            generate_method(block): (Generate(flow_lm, block), (latent, one, noise, torch.tensor([0])), None)
+            for block in blocks
         },
         "clear_cache": (ClearCache(flow_lm), (), None),
         "decode": (decode, (latent,), None),
@@ -359,35 +444,40 @@ def tts_programs(
     for resetting, running in RESETS.items():
         missing = written_buffers(programs, running) - written_buffers(programs, [resetting])
         assert not missing, f"{resetting} leaves {sorted(missing)} of {running} as they were"
-    return programs, settings_of(tts, config, capacity) | {"quantize": quantize, "quantize_decoder": quantize_decoder}
-
-
-def settings_json(settings: dict) -> str:
-    return json.dumps(settings, sort_keys=True)
+    settings = settings_of(model, capacity, blocks, quantize, quantize_decoder)
+    constants = {"settings": settings.to_json()}
+    if model.tokenizer is not None:
+        constants["tokenizer"] = torch.frombuffer(bytearray(model.tokenizer.read_bytes()), dtype=torch.uint8)
+    constants |= {voice_method(name): state.contiguous() for name, state in model.voices.items()}
+    return programs, constants, settings
 
 
 def lower_tts(
-    config: str,
-    weights: Path | None = None,
-    tokenizer: Path | None = None,
-    capacity: int = DEFAULT_CAPACITY,
+    model: Model,
+    capacity: int | None = None,
     quantize: str | None = None,
     quantize_decoder: str | None = None,
     rewrite: bool = True,
     external_constants: bool = False,
     target: str = "any",
+    progress=None,
+    workers: int | None = None,
 ):
-    """The text-to-speech program of a pocket-tts config, lowered: a LoweredProgram of its methods."""
+    """The text-to-speech program of a pocket-tts model, lowered: a LoweredProgram of its methods,
+    and its settings. Its methods are lowered in `workers` processes (default: one per core)."""
     from phaseconv.lowering import lower
+    from phaseconv.lowering.methods import default_workers
 
-    if capacity < 16:
+    if capacity is not None and capacity < 2 * PROMPT_TOKENS:
         raise PhaseconvError(f"--capacity {capacity}: the language model needs room for a prompt and frames")
-    tts = build_tts(config, weights, tokenizer)
-    programs, settings = tts_programs(tts, config, capacity, quantize, quantize_decoder)
-    return lower(
+    programs, constants, settings = tts_programs(model, capacity, quantize, quantize_decoder)
+    lowered = lower(
         programs,
         rewrite=rewrite,
         external_constants=external_constants,
         target=target,
-        constant_methods={"settings": settings_json(settings)},
+        constant_methods=constants,
+        progress=progress,
+        workers=workers or default_workers(),
     )
+    return lowered, settings

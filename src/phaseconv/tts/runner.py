@@ -1,0 +1,509 @@
+"""Speak text through a text-to-speech program (`phaseconv lower pocket-tts-tts:CONFIG`), streamed.
+
+The runner does what pocket-tts's `TTSModel.generate_audio_stream` does, with every model call made
+by the program's methods in the contract's order (contract.py) and pocket-tts's own code for the
+rest: text normalization and chunking (`split_into_best_sentences`, `prepare_text_prompt`), the
+tokenizer (the program's own file), reading and resampling an audio voice, the noise (normal, or
+truncated normal with `noise_clamp`, std sqrt(temperature)) and the end-of-speech rule (the EOS logit
+above the threshold, not before frame 6, then `frames_after_eos` more frames). Noise is drawn in
+pocket-tts's order from a generator seeded with `seed`, so the same seed gives the same audio, and
+pocket-tts's with `torch.manual_seed(seed)`.
+
+A chunk never stops at the end of the cache: one that would not fit the cache with the voice and all
+the frames pocket-tts allows it is split at words into chunks that do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from phaseconv.errors import PhaseconvError
+from phaseconv.tts.contract import METHODS, PAD, Settings, generate_method, voice_method
+from phaseconv.tts.voices import AudioVoice, read_state
+
+# Methods every program has (generate_B and voice_NAME: those its settings name).
+REQUIRED = [m.name for m in METHODS if not m.name.endswith(("_B", "_NAME")) and m.name != "tokenizer"]
+
+
+def _pocket_tts_text():
+    try:
+        from pocket_tts.models import text_chunking
+    except ImportError:
+        raise PhaseconvError("phaseconv tts reads text as pocket-tts does: `pip install pocket-tts`") from None
+    return text_chunking
+
+
+@dataclass
+class SpeechReport:
+    """What a listener notices: how soon the first audio comes, and what each frame costs."""
+
+    frames: int
+    chunks: int
+    sample_rate: int
+    samples_per_frame: int
+    load_ms: float
+    first_audio_ms: float = 0.0  # from the text (and the voice already in the cache) to the first PCM frame
+    voice_ms: float = 0.0  # putting the voice in the cache, once per utterance
+    reset_ms: float = 0.0  # the decoder's reset before a chunk (median)
+    voice: str = "none"  # which voice, in words
+    eos_frames: list[int | None] = field(default_factory=list)  # per chunk: the frame EOS was seen at
+    split_chunks: int = 0  # chunks split at words to fit the cache with the voice
+    lm_ms: list[float] = field(repr=False, default_factory=list)
+    decode_ms: list[float] = field(repr=False, default_factory=list)
+    prompt_ms: list[float] = field(repr=False, default_factory=list)
+    total_ms: float = 0.0
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.frames * self.samples_per_frame / self.sample_rate
+
+    @property
+    def real_time_factor(self) -> float:
+        """Generation time (text in to last PCM out, voice prompt excluded) over the audio's duration."""
+        return self.total_ms / 1e3 / self.audio_seconds if self.frames else math.inf
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        for name in ("lm_ms", "decode_ms", "prompt_ms"):
+            values = data.pop(name)
+            data[f"{name.removesuffix('_ms')}_median_ms"] = statistics.median(values) if values else None
+        return {**data, "audio_seconds": self.audio_seconds, "real_time_factor": self.real_time_factor}
+
+
+class SpeechProgram:
+    """A loaded text-to-speech program: its methods (`methods`: those to load, default all), the
+    settings it carries and its tokenizer (`tokenizer`: a file to use instead)."""
+
+    def __init__(self, path: Path, methods=None, tokenizer: Path | None = None):
+        from phaseconv.runtimes.executorch import LoadedProgram
+        from phaseconv.runtimes.pte import summarize_pte_file
+
+        summary = summarize_pte_file(path)  # a clear error for a file that is not a program
+        data_path = path.with_suffix(".ptd")
+        if summary.external_constants and not data_path.is_file():
+            raise PhaseconvError(
+                f"{path} keeps {summary.external_constants} constants in an external data file, and {data_path} "
+                "is missing: put it beside the program"
+            )
+        start = time.perf_counter()
+        data = data_path if summary.external_constants else None
+        self.program = LoadedProgram(path, data, methods=methods)
+        self.load_ms = (time.perf_counter() - start) * 1e3
+        if "settings" not in self.program.all_methods:
+            raise PhaseconvError(
+                f"{path} is not a text-to-speech program: it has no settings "
+                "(make one with `phaseconv lower pocket-tts-tts:CONFIG`)"
+            )
+        try:
+            self.settings = Settings.from_json(self.program.run((), "settings")[0], str(path))
+        except (ValueError, TypeError) as error:
+            raise PhaseconvError(str(error)) from None
+        wanted = REQUIRED + [generate_method(b) for b in self.settings.generate_blocks]
+        missing = [name for name in wanted if name not in self.program.all_methods]
+        if missing:
+            raise PhaseconvError(f"{path} is not a whole text-to-speech program: it has no {', '.join(missing)}")
+        self.path = path
+        self._tokenizer_file = tokenizer
+
+    @property
+    def voices(self) -> list[str]:
+        return sorted(self.settings.voices)
+
+    def tokenizer(self):
+        """pocket-tts's tokenizer for the program's own tokenizer file (or the one given instead)."""
+        from phaseconv.tts.program import load_tokenizer
+
+        if self._tokenizer_file is not None:
+            return load_tokenizer(self._tokenizer_file, self.settings.n_bins)
+        if self.settings.tokenizer is None:
+            raise PhaseconvError(f"{self.path} carries no tokenizer: give --tokenizer (the config's .model or .json)")
+        (data,) = self.program.run((), "tokenizer")
+        suffix = ".json" if self.settings.tokenizer == "tokenizers" else ".model"
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / f"tokenizer{suffix}"
+            path.write_bytes(data.numpy().tobytes())
+            return load_tokenizer(path, self.settings.n_bins)
+
+    def builtin_voice(self, name: str) -> torch.Tensor:
+        return self.program.run((), voice_method(name))[0]
+
+    def generate(self, latent: torch.Tensor, start: torch.Tensor, noise: torch.Tensor, position: int) -> list:
+        """One frame at `position`, by the frame method whose blocks hold it."""
+        method = generate_method(self.settings.generate_block(position))
+        return self.program.run((latent, start, noise, torch.tensor([position])), method)
+
+    def __getattr__(self, method: str) -> Callable:
+        if method not in REQUIRED:
+            raise AttributeError(method)
+        return lambda *inputs: self.program.run(inputs, method)
+
+
+def padded(values: torch.Tensor, size: int, dim: int) -> torch.Tensor:
+    """`values` with zeros after it along `dim` up to `size`."""
+    missing = size - values.shape[dim]
+    if missing == 0:
+        return values
+    shape = list(values.shape)
+    shape[dim] = missing
+    return torch.cat([values, values.new_zeros(shape)], dim=dim)
+
+
+def positions(first: int, count: int, size: int) -> torch.Tensor:
+    """first .. first + count - 1, then PAD up to `size`."""
+    return torch.cat([torch.arange(first, first + count), torch.full((size - count,), PAD)])
+
+
+def resolve_voice(argument: str | None, program: SpeechProgram) -> str | Path | AudioVoice | None:
+    """What `--voice` names, as pocket-tts takes a voice: a built-in voice of the program, a .safetensors
+    voice state, or an audio file to clone (where the weights clone); none given: the default voice."""
+    s = program.settings
+    if argument is None:
+        return s.default_voice
+    if argument in s.voices:
+        return argument
+    path = Path(argument)
+    if path.is_file() and path.suffix == ".safetensors":
+        return path
+    if path.is_file():
+        if not s.voice_cloning:
+            from pocket_tts.models.tts_model import VOICE_CLONING_UNSUPPORTED
+
+            raise PhaseconvError(" ".join(VOICE_CLONING_UNSUPPORTED.split()))
+        return AudioVoice.read(path, s.sample_rate, s.frame_size)
+    carried = ", ".join(sorted(s.voices)) or "none"
+    if path.suffix or "/" in argument:
+        raise PhaseconvError(f"no such voice file: {argument}")
+    raise PhaseconvError(
+        f"no voice {argument!r}: the program's built-in voices are {carried} (`phaseconv tts PROGRAM --list-voices`); "
+        "--voice also takes a .safetensors voice state or an audio file"
+    )
+
+
+class Speaker:
+    """Text to PCM through a SpeechProgram, in pocket-tts's order of calls (see the module docstring)."""
+
+    def __init__(self, program: SpeechProgram, temperature: float | None = None, seed: int = 0):
+        self.program, self.settings = program, program.settings
+        self.tokenizer = program.tokenizer()
+        self.temperature = self.settings.temperature if temperature is None else temperature
+        if self.temperature < 0:
+            raise PhaseconvError(f"the temperature must be 0 or more, got {self.temperature}")
+        self.generator = torch.Generator().manual_seed(seed)
+        self.voice_positions = 0  # the positions the voice holds
+
+    def noise(self) -> torch.Tensor:
+        """One draw of the flow's starting point, as FlowLMModel.forward draws it."""
+        from phaseconv.models.pocket_tts.language_model import draw_noise
+
+        s = self.settings
+        return draw_noise(self.generator, s.latent_dim, self.temperature, s.noise_clamp)
+
+    def _room(self, first: int, count: int) -> None:
+        if first + count > self.settings.capacity:
+            raise PhaseconvError(
+                f"the voice and text need positions up to {first + count}; the program holds {self.settings.capacity} "
+                "(lower it with a larger --capacity, or use a shorter voice)"
+            )
+
+    def prompt(self, embeddings: torch.Tensor, first: int) -> None:
+        """Conditioning into the cache at first, first + 1, ...; a prompt call draws noise in pocket-tts."""
+        count, size = embeddings.shape[1], self.settings.prompt_tokens
+        self._room(first, count)
+        for start in range(0, count, size):
+            part = embeddings[:, start : start + size]
+            self.program.prompt(padded(part, size, 1), positions(first + start, part.shape[1], size))
+        self.noise()
+
+    def load_state(self, state: torch.Tensor) -> None:
+        """A voice state [layers, 2, V, H_kv, D] into the cache at positions 0 .. V - 1."""
+        s = self.settings
+        expected = (s.layers, 2, s.kv_heads, s.head_dim)
+        if state.dim() != 5 or (state.shape[0], state.shape[1], state.shape[3], state.shape[4]) != expected:
+            raise PhaseconvError(
+                f"the voice state has shape {list(state.shape)}; {s.config}'s language model takes "
+                f"[{s.layers}, 2, positions, {s.kv_heads}, {s.head_dim}] (a voice of another model?)"
+            )
+        count, size = state.shape[2], s.voice_positions
+        self._room(0, count)
+        for start in range(0, count, size):
+            part = state[:, :, start : start + size]
+            self.program.load_voice(padded(part, size, 2), positions(start, part.shape[2], size))
+
+    def set_voice(self, voice: str | Path | AudioVoice | None) -> tuple[float, str]:
+        """Put the voice in the cache: a built-in voice's name, a .safetensors voice state, an audio
+        voice (AudioVoice), or none (the model's unconditioned start). Returns the milliseconds it
+        took and the voice in words."""
+        start = time.perf_counter()
+        self.program.clear_cache()  # the cache holds numbers from here on
+        self.voice_positions = 0
+        if isinstance(voice, str):
+            state = self.program.builtin_voice(voice)
+            self.load_state(state)
+            self.voice_positions, said = state.shape[2], f"{voice} (built in)"
+        elif isinstance(voice, Path):
+            state = read_state(voice)
+            self.load_state(state)
+            self.voice_positions, said = state.shape[2], f"{voice.name} (voice state)"
+        elif isinstance(voice, AudioVoice):
+            self._encode(voice)
+            said = "audio" + (f", its first {self.settings.max_voice_seconds:g} s" if voice.truncated else "")
+        else:
+            said = "none"
+        return (time.perf_counter() - start) * 1e3, said
+
+    def _encode(self, voice: AudioVoice) -> None:
+        """An audio voice through Mimi's encoder, then prompted: pocket-tts's get_state_for_audio_prompt."""
+        s = self.settings
+        self.program.reset_encoder()
+        step = s.frame_size
+        encoded = [
+            self.program.encode_voice(voice.audio[..., i : i + step])[0] for i in range(0, voice.audio.shape[-1], step)
+        ]
+        prefix = [self.program.voice_start()[0]] if s.voice_start else []
+        conditioning = torch.cat([*prefix, *encoded], dim=1)
+        self.prompt(conditioning, 0)
+        self.voice_positions = conditioning.shape[1]
+
+    def voice_state(self) -> torch.Tensor:
+        """The voice in the cache, as a state [layers, 2, V, H_kv, D] (what `export-voice` writes)."""
+        size = self.settings.voice_positions
+        parts = []
+        for start in range(0, self.voice_positions, size):
+            count = min(size, self.voice_positions - start)
+            (state,) = self.program.read_voice(positions(start, count, size).clamp(max=self.settings.capacity - 1))
+            parts.append(state[:, :, :count])
+        return torch.cat(parts, dim=2)
+
+    def _options(self) -> tuple:
+        s = self.settings
+        return (
+            s.pad_with_spaces_for_short_inputs,
+            s.remove_semicolons,
+            s.append_terminal_punctuation,
+            s.capitalize_first_letter,
+            s.replace_characters,
+        )
+
+    def _fits(self, tokens: int) -> bool:
+        s = self.settings
+        return (
+            tokens <= s.max_text_tokens and self.voice_positions + tokens + s.max_generated_frames(tokens) <= s.capacity
+        )
+
+    def _count(self, text: str) -> int:
+        chunk, _ = _pocket_tts_text().prepare_text_prompt(text, *self._options())
+        return self.tokenizer(chunk).shape[1]
+
+    def _fitting(self, piece: str) -> list[str]:
+        """`piece`, or its words in as few runs as fit the cache with the voice."""
+        if self._fits(self._count(piece)):
+            return [piece]
+        parts, current = [], []
+        for word in piece.split():
+            if current and not self._fits(self._count(" ".join([*current, word]))):
+                parts.append(" ".join(current))
+                current = []
+            if not self._fits(self._count(word)):
+                raise PhaseconvError(
+                    f"the voice takes {self.voice_positions} of the program's {self.settings.capacity} positions: "
+                    f"no room for {word!r} and its frames (lower it with a larger --capacity, or use a shorter voice)"
+                )
+            current.append(word)
+        return [*parts, " ".join(current)]
+
+    def chunks(self, text: str) -> list[tuple[str, int, bool]]:
+        """The text as pocket-tts splits and prepares it: (prepared chunk, frames to generate after EOS,
+        split), a chunk too long for the cache split at words."""
+        from pocket_tts.default_parameters import MAX_TOKEN_PER_CHUNK
+
+        text_chunking, options = _pocket_tts_text(), self._options()
+        if not text.strip():
+            raise PhaseconvError("the text is empty")
+        try:
+            pieces = text_chunking.split_into_best_sentences(self.tokenizer, text, MAX_TOKEN_PER_CHUNK, *options)
+        except ValueError as error:  # pocket-tts: "Text prompt cannot be empty" (all characters removed)
+            raise PhaseconvError(f"nothing to say in {text!r}: {error}") from None
+        prepared = []
+        for piece in pieces:
+            parts = self._fitting(piece)
+            for part in parts:
+                chunk, guess = text_chunking.prepare_text_prompt(part, *options)
+                after = self.settings.frames_after_eos
+                prepared.append((chunk, after if after is not None else guess + 2, len(parts) > 1))
+        return prepared
+
+    def unknown_characters(self, text: str) -> list[str]:
+        """The characters of `text` the tokenizer reads as its unknown piece (pocket-tts speaks them so)."""
+        unknown = _unknown_id(self.tokenizer)
+        if unknown is None:
+            return []
+        text = text.translate(str.maketrans(self.settings.replace_characters))  # as pocket-tts prepares it
+        return sorted({c for c in text if not c.isspace() and unknown in self.tokenizer.encode(c)})
+
+    def speak(self, text: str, on_frame: Callable[[torch.Tensor], None], report: SpeechReport, decoder=None) -> None:
+        """Generate and decode every chunk of `text`, handing each frame's samples to `on_frame`; the
+        decoder is the program's own (frame after frame) unless another is given (DecoderProcess)."""
+        s = self.settings
+        started = time.perf_counter()
+        decoder = decoder or InlineDecoder(self.program)
+        fade = torch.linspace(0, 1, s.sample_rate // 200)  # pocket-tts's decoder worker's 5 ms fade-in
+        chunks = self.chunks(text)
+
+        def deliver(pcm: torch.Tensor, first_of_chunk: bool, decode_ms: float) -> None:
+            pcm = pcm.reshape(-1)
+            if first_of_chunk:
+                pcm[: fade.numel()] *= fade
+            if report.frames == 0:
+                report.first_audio_ms = (time.perf_counter() - started) * 1e3
+            report.frames += 1
+            report.decode_ms.append(decode_ms)
+            on_frame(pcm)
+
+        decoder.start(deliver)
+        for chunk, frames_after_eos, split in chunks:
+            report.split_chunks += split
+            tokens = self.tokenizer(chunk)
+            start = time.perf_counter()
+            (embeddings,) = self.program.embed_text(tokens)
+            self.prompt(embeddings, self.voice_positions)
+            report.prompt_ms.append((time.perf_counter() - start) * 1e3)
+            report.reset_ms = decoder.reset()
+            self._generate(self.voice_positions + tokens.shape[1], frames_after_eos, tokens.shape[1], decoder, report)
+            report.chunks += 1
+        decoder.finish()
+        report.total_ms = (time.perf_counter() - started) * 1e3
+
+    def _generate(self, first, frames_after_eos, token_count, decoder, report) -> None:
+        """pocket-tts's `_autoregressive_generation`: each latent handed to the decoder as it comes."""
+        s = self.settings
+        latent, start_flag = torch.zeros(1, 1, s.latent_dim), torch.ones(1)
+        eos_frame = None
+        for step in range(s.max_generated_frames(token_count)):
+            begin = time.perf_counter()
+            latent, eos_logit = self.program.generate(latent, start_flag, self.noise(), first + step)
+            report.lm_ms.append((time.perf_counter() - begin) * 1e3)
+            if float(eos_logit) > s.eos_threshold and eos_frame is None and step >= s.min_frames_before_eos:
+                eos_frame = step
+            if eos_frame is not None and step >= eos_frame + frames_after_eos:
+                break
+            decoder.decode(latent, first_of_chunk=step == 0)
+            start_flag = torch.zeros(1)
+        report.eos_frames.append(eos_frame)
+
+
+def _unknown_id(tokenizer) -> int | None:
+    """The id of the tokenizer's unknown piece (pocket-tts's SentencePieceTokenizer or JsonTokenizer)."""
+    if hasattr(tokenizer, "sp"):
+        return tokenizer.sp.unk_id()
+    model = tokenizer.tokenizer.model
+    token = getattr(model, "unk_token", None)
+    return tokenizer.tokenizer.token_to_id(token) if token else None
+
+
+class InlineDecoder:
+    """The program's decoder called after each latent, in this thread: generation waits for it."""
+
+    def __init__(self, program: SpeechProgram):
+        self.program = program
+
+    def start(self, deliver: Callable[[torch.Tensor, bool, float], None]) -> None:
+        self.deliver = deliver
+
+    def reset(self) -> float:
+        """The decoder's state to its start (a new chunk); returns the milliseconds it took."""
+        begin = time.perf_counter()
+        self.program.reset_decoder()
+        return (time.perf_counter() - begin) * 1e3
+
+    def decode(self, latent: torch.Tensor, first_of_chunk: bool) -> None:
+        begin = time.perf_counter()
+        (pcm,) = self.program.decode(latent)
+        self.deliver(pcm, first_of_chunk, (time.perf_counter() - begin) * 1e3)
+
+    def finish(self) -> None:
+        pass
+
+
+class DecoderProcess:
+    """The program's decoder in a second process (the same file, loaded again), fed each latent over a
+    pipe while this process generates the next: the language model and the decoder run at once, on two
+    cores, as pocket-tts's own streaming runs them on two threads (ExecuTorch's Python bindings hold the
+    interpreter lock while a method runs, so a second thread here would not overlap with the first).
+    The decoded frames come back over the same pipe and are delivered here between the frames this
+    process generates (the rest when it finishes), in this thread: no third thread wakes for each."""
+
+    def __init__(self, path: Path, threads: int = 1):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # a fresh runtime: its thread pool sized before a load
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_decode_latents, args=(str(path), threads, child), daemon=True)
+        self.process.start()
+        child.close()
+        if self.connection.recv() != "ready":
+            raise PhaseconvError(f"the decoder process could not load {path}")
+        self.pending = 0
+
+    def start(self, deliver: Callable[[torch.Tensor, bool, float], None]) -> None:
+        """Each frame decoded from here on goes to `deliver`."""
+        self.deliver = deliver
+
+    def _collect(self, wait: bool) -> None:
+        """Deliver the frames decoded so far; with `wait`, every frame sent."""
+        while self.pending and (wait or self.connection.poll()):
+            pcm, first_of_chunk, decode_ms = self.connection.recv()
+            self.pending -= 1
+            self.deliver(torch.from_numpy(pcm), first_of_chunk, decode_ms)
+
+    def reset(self) -> float:
+        self.connection.send(("reset", None, False))
+        return 0.0  # done by the other process, between two frames it decodes
+
+    def decode(self, latent: torch.Tensor, first_of_chunk: bool) -> None:
+        self.connection.send(("decode", latent.numpy(), first_of_chunk))
+        self.pending += 1
+        self._collect(wait=False)
+
+    def finish(self) -> None:
+        """Wait until every frame sent is delivered."""
+        self._collect(wait=True)
+
+    def close(self) -> None:
+        """Stop the process (frames still on their way, after an error, are dropped)."""
+        self.connection.send(("stop", None, False))
+        with contextlib.suppress(EOFError):  # a process that has died has nothing left to send
+            while self.connection.recv() is not None:
+                pass
+        self.process.join()
+
+
+def _decode_latents(path: str, threads: int, connection) -> None:
+    """The decoder process: reset and decode as told, each frame's PCM sent back as it is decoded."""
+    from phaseconv.errors import parked_stderr
+    from phaseconv.runtimes.executorch import set_threads
+
+    with parked_stderr():  # the runtime's CPU probing on load
+        set_threads(threads)
+        program = SpeechProgram(Path(path), methods=("decode", "reset_decoder", "settings"))
+    program.reset_decoder()
+    connection.send("ready")
+    while True:
+        command, latent, first_of_chunk = connection.recv()
+        if command == "stop":
+            connection.send(None)
+            return
+        if command == "reset":
+            program.reset_decoder()
+            continue
+        begin = time.perf_counter()
+        (pcm,) = program.decode(torch.from_numpy(latent))
+        connection.send((pcm.reshape(-1).numpy(), first_of_chunk, (time.perf_counter() - begin) * 1e3))

@@ -1,0 +1,162 @@
+"""Stand-ins for the files a pocket-tts model reads, for models with random weights: a tokenizer and
+a voice prompt, made here in about a second.
+
+pocket-tts's tokenizers live on a hub this machine does not reach, and a model with random weights
+reads any text equally badly: what matters is that the tokenizer has exactly the config's `n_bins`
+pieces (pocket-tts asserts it) and knows every character of the text, so that the runner and
+pocket-tts split and read the text the same way. A sentencepiece unigram model trained on
+pseudo-English (words of random syllables, every ASCII letter, digit and punctuation mark), as a
+`.model` or converted to a tokenizers `.json`, the two kinds the shipped configs use. The voice is
+a synthesized buzz: any audio conditions a random model as well as speech would. A Hugging Face
+cache folder laid out as the hub leaves it holds a config's files under their real names (random
+weights, the stand-in tokenizer, a built-in voice made by pocket-tts's own code): the commands
+then run as a user runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import string
+from pathlib import Path
+
+from phaseconv.errors import PhaseconvError
+
+ONSETS = "b c d f g h j k l m n p r s t v w y z ch sh th st tr pl bl gr qu x".split()  # noqa: SIM905
+NUCLEI = "a e i o u ai ea ee oo ou ie y".split()  # noqa: SIM905
+CODAS = ["", "n", "r", "s", "t", "l", "m", "nd", "st", "ng", "ck", "x"]
+MARKS = ".,;:!?'\"-()"
+
+
+def corpus(lines: int = 6000, seed: int = 0) -> list[str]:
+    """Pseudo-English sentences over every printable ASCII character."""
+    rng = random.Random(seed)
+    words = sorted(
+        {
+            "".join(rng.choice(ONSETS) + rng.choice(NUCLEI) + rng.choice(CODAS) for _ in range(rng.randint(1, 3)))
+            for _ in range(20000)
+        }
+    )
+    words += list(string.ascii_letters + string.digits) + [str(n) for n in range(100)]
+    sentences = []
+    for _ in range(lines):
+        chosen = [rng.choice(words) for _ in range(rng.randint(3, 14))]
+        chosen[0] = chosen[0].capitalize()
+        sentence = " ".join(w + (rng.choice(MARKS[1:]) if rng.random() < 0.08 else "") for w in chosen)
+        sentences.append(sentence + rng.choice(".!?."))
+    sentences.append(string.printable.strip())
+    return sentences
+
+
+def stand_in_tokenizer(path: Path, n_bins: int) -> Path:
+    """Write a tokenizer of exactly `n_bins` pieces to `path`: a sentencepiece unigram `.model`, or the
+    same model converted to a tokenizers `.json` (the same ids), as pocket-tts's configs ship them."""
+    if path.suffix not in (".json", ".model"):
+        raise PhaseconvError(f"{path}: a tokenizer is a sentencepiece .model or a tokenizers .json")
+    model = _train_sentencepiece(n_bins)
+    path.write_bytes(_as_tokenizers_json(model) if path.suffix == ".json" else model)
+    return path
+
+
+def _train_sentencepiece(n_bins: int) -> bytes:
+    import io
+
+    import sentencepiece
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus()),
+        model_writer=model,
+        vocab_size=n_bins,
+        model_type="unigram",
+        character_coverage=1.0,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+def _as_tokenizers_json(model: bytes) -> bytes:
+    """A sentencepiece unigram model as tokenizers' own converter writes it (SentencePieceUnigramTokenizer.from_spm)."""
+    import sys
+    import tempfile
+
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers.implementations import SentencePieceUnigramTokenizer
+
+    sys.modules.setdefault("sentencepiece_model_pb2", sentencepiece_model_pb2)  # where from_spm looks for it
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "tokenizer.model").write_bytes(model)
+        return SentencePieceUnigramTokenizer.from_spm(str(Path(folder) / "tokenizer.model")).to_str().encode()
+
+
+def stand_in_voice(path: Path, seconds: float = 2.5, rate: int = 16000) -> Path:
+    """A buzz with a tremolo, then 0.3 s of silence: 16-bit mono WAV at `rate` (resampled when read)."""
+    import wave
+
+    import numpy as np
+
+    t = np.arange(int(rate * seconds)) / rate
+    signal = 0.3 * np.sin(2 * np.pi * 140 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    signal = np.concatenate([signal, np.zeros(int(rate * 0.3))])
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((signal * 32767).astype("<i2").tobytes())
+    return path
+
+
+def cache_file(root: Path, hub_path: str) -> Path:
+    """Where the hub's file lies in the cache under `root` (HF_HOME): hub/models--owner--repo/snapshots/rev/file."""
+    from phaseconv.models.pocket_tts import hub
+
+    repo, filename, revision = hub._split(hub_path)
+    path = root / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots" / revision / filename
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def stand_in_cache(root: Path, config: str, cloning: bool = True, voices=("alba",), seed: int = 0) -> dict:
+    """The config's files in a cache under `root`: the weights (at the voice-cloning path, or the public
+    one), its tokenizer and the built-in `voices` (the stand-in voice's state). Returns their paths."""
+    import safetensors.torch
+    import torch
+    from pocket_tts.models.model_state import export_model_state
+    from pocket_tts.utils.utils import get_predefined_voice
+
+    from phaseconv.models.pocket_tts import hub
+    from phaseconv.tts.program import build_tts
+
+    settings = hub.load_config(config)
+    tts = build_tts(config, seed=seed)
+    weights = cache_file(root, settings.weights_path if cloning else settings.weights_path_without_voice_cloning)
+    safetensors.torch.save_file({k: v.contiguous() for k, v in tts.state_dict().items()}, weights)
+    lookup = settings.flow_lm.lookup_table
+    tokenizer = stand_in_tokenizer(cache_file(root, lookup.tokenizer_path), lookup.n_bins)
+    wav = stand_in_voice(root / "voice.wav")
+    paths = {"weights": weights, "tokenizer": tokenizer, "wav": wav}
+    for name in voices:
+        with torch.no_grad():
+            state = tts.get_state_for_audio_prompt(wav, truncate=True)
+        paths[name] = cache_file(root, get_predefined_voice(language=config, name=name))
+        export_model_state(state, paths[name])
+    return paths
+
+
+def environment(root: Path) -> dict:
+    """The variables that point the hub's client at the cache, offline."""
+    return {"HF_HOME": str(root), "HF_HUB_OFFLINE": "1"}
+
+
+@contextlib.contextmanager
+def offline_cache(root: Path):
+    """This process's hub client pointed at the cache under `root`, offline (as environment() does for
+    a new process: huggingface_hub reads its variables once, at import)."""
+    from huggingface_hub import constants
+
+    saved = constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE
+    constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = str(root / "hub"), True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = saved
