@@ -233,9 +233,24 @@ def tts(data: dict) -> str:
     )
 
 
+# A transcript shows at most this many lines of a command's output: its first, and its last ones.
+TRANSCRIPT_LINES = 4
+
+
+def _elided(output: str) -> str:
+    lines = output.splitlines()
+    if len(lines) <= TRANSCRIPT_LINES:
+        return output
+    kept = TRANSCRIPT_LINES - 1
+    return "\n".join(
+        [lines[0], f"[... {len(lines) - kept} lines: the rewrite's decisions, each method's delegation]"]
+        + lines[-(kept - 1) :]
+    )
+
+
 def console(data: dict) -> str:
-    """A transcript: each command and what it printed (benchmarks/example.py runs them)."""
-    session = "\n".join(f"$ {row['command']}\n{row['output']}" for row in data["rows"])
+    """A transcript: each command and what it printed (benchmarks/example.py runs them), long outputs elided."""
+    session = "\n".join(f"$ {row['command']}\n{_elided(row['output'])}" for row in data["rows"])
     return _machine(data["meta"], "python benchmarks/example.py", "Run") + "\n\n```console\n" + session + "\n```"
 
 
