@@ -39,6 +39,25 @@ def test_weight_first_linears_in_one_partition(rows, bias):
         assert torch.equal(y, stock)
 
 
+class SlicedHeads(nn.Module):
+    """A linear over an attention's queries, sliced from a wider projection: rows not contiguous."""
+
+    def __init__(self):
+        super().__init__()
+        self.project, self.rotate = nn.Linear(128, 384), nn.Linear(64, 64)
+
+    def forward(self, x):  # [1, 16, 128] -> queries [1, 16, 4, 64], a slice of [1, 16, 384]
+        return self.rotate(self.project(x)[..., :256].view(1, 16, 4, 64))
+
+
+def test_rows_laid_out_otherwise_are_copied_into_rows():
+    x = torch.randn(1, 16, 128)
+    ep = export(SlicedHeads(), x)
+    rewritten = phaseconv.rewrite(ep, RULES)
+    assert [d.applied for d in decisions_of("transposed_linear", ep, RULES)] == [True, True]
+    assert_one_partition_matching(rewritten, ep, x)
+
+
 def test_declines_few_rows_narrow_weights_and_dynamic_rows():
     ep = export(Feedforward(), torch.randn(1, 4, 128))
     assert all("4 rows" in d.reason for d in decisions_of("transposed_linear", ep, RULES))

@@ -79,8 +79,10 @@ class TransposedLinearRule:
         x, weight = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else None
         shape = list(node.meta["val"].shape)
-        if x.meta["val"].dim() != 2:
-            x = editor.emit(node, aten.view.default, x, [plan.rows, x.meta["val"].shape[-1]])
+        value = x.meta["val"]
+        if value.dim() != 2:  # a view of contiguous rows; rows laid out otherwise (an attention's heads) copied
+            flatten = aten.view.default if value.is_contiguous() else aten.reshape.default
+            x = editor.emit(node, flatten, x, [plan.rows, value.shape[-1]])
         product = editor.emit(node, aten.linear.default, weight, x)  # [N, M] = W x^T
         y = editor.emit(node, aten.permute.default, product, [1, 0])
         if bias is not None:
