@@ -30,7 +30,9 @@ MARKER = re.compile(r"(<!-- table: (\S+) (\S+) -->\n)(.*?)(<!-- end table -->)",
 def _machine(meta: dict, command: str, verb: str = "Measured") -> str:
     cpu = meta.get("cpu") or "an x86-64 CPU (model not recorded)"
     unit = f", {meta['vector_unit']}" if meta.get("vector_unit") else ""
-    return f"{verb} on {cpu}{unit} with `{command}`."
+    family = f" ({meta['cpu_family']}, {meta['cores']} cores)" if meta.get("cpu_family") else ""
+    when = f" on {meta['date']} at commit {meta['commit']}" if meta.get("date") else ""
+    return f"{verb} on {cpu}{family}{unit} with `{command}`{when}."
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -345,11 +347,36 @@ def operators(data: dict) -> str:
     return _machine(meta, "python benchmarks/operators.py") + note + "\n\n" + _table(header, rows)
 
 
+def lowering(data: dict) -> str:
+    """How long `phaseconv lower pocket-tts-tts:CONFIG` took, where the time went, the memory it held."""
+    header = ["config", "cache positions", "seconds", "export s", "slowest methods s", "assembly s"]
+    header += ["peak MiB (its process / all its processes)", "file MiB"]
+    rows = []
+    for row in data["rows"]:
+        slowest = sorted(row["methods_s"].items(), key=lambda item: -item[1])[:3]
+        rows.append(
+            [
+                row["config"],
+                str(row["capacity"]),
+                f"{row['seconds']:.0f}",
+                f"{row['export_s']:.1f}",
+                ", ".join(f"{name} {seconds:.0f}" for name, seconds in slowest),
+                f"{row['assemble_s']:.1f}",
+                f"{row['process_mib']:.0f} / {row['processes_mib']:.0f}",
+                f"{row['file_mib']:.0f}",
+            ]
+        )
+    command = "python benchmarks/lowering.py"
+    note = " One run each, the methods lowered in one worker process per core, random weights."
+    return _machine(data["meta"], command) + note + "\n\n" + _table(header, rows)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
     "console": console,
     "headline": headline,
     "int8_runtimes": int8_runtimes,
     "int8_sensitivity": int8_sensitivity,
+    "lowering": lowering,
     "lstm_loop": lstm_loop,
     "models": models,
     "operators": operators,

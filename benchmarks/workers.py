@@ -3,8 +3,10 @@ sized once per process, before any program is loaded) and the results file."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import operator
+import os
 import platform
 import subprocess
 import sys
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def worker_rows(script: str, arguments: list[str], status: str, console: Console) -> list[dict]:
@@ -67,6 +71,23 @@ def machine() -> dict:
     }
 
 
+def run_record() -> dict:
+    """When and where a run measured: its CPU family (a Zen 4 and a Zen 5 both name themselves "AMD
+    EPYC"), the cores it had, the date and the commit of the code that measured."""
+    from phaseconv.targets import cpuinfo
+
+    fields = dict(line.split(":", 1) for line in cpuinfo().splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    family = f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return {
+        "cpu_family": family,
+        "cores": len(os.sched_getaffinity(0)),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        "commit": commit.stdout.strip() or None,
+    }
+
+
 def saved_rows(path: Path, key: str = "rows") -> list[dict]:
     """The rows saved at `path`, to be merged with a partial run's; refused (exit) when they were
     measured on another machine: one file holds one machine's figures."""
@@ -90,4 +111,4 @@ def save_results(path: Path, rows: list[dict], partial_key: str | Callable | Non
         key = partial_key if callable(partial_key) else operator.itemgetter(partial_key)
         fresh = {key(row) for row in rows}
         rows = [r for r in saved_rows(path) if key(r) not in fresh] + rows
-    path.write_text(json.dumps({"meta": meta | machine(), "rows": rows}, indent=2))
+    path.write_text(json.dumps({"meta": meta | machine() | run_record(), "rows": rows}, indent=2))

@@ -23,6 +23,7 @@ constexpr const char* kClearCache = "clear_cache";  // every slot of the cache t
 constexpr const char* kGenerate = "generate_";  // one frame at a position in cache blocks 0 .. B (B in settings.generate_blocks)
 constexpr const char* kResetDecoder = "reset_decoder";  // the decoder's state to its start
 constexpr const char* kDecode = "decode";  // one frame of audio
+constexpr const char* kDecodeFrames = "decode_";  // N frames at once, as N calls of decode (N in settings.decode_frames)
 constexpr const char* kVoice = "voice_";  // a built-in voice (settings.voices)
 }  // namespace method
 

@@ -131,6 +131,7 @@ nlohmann::json summary_of(const phaseconv::Report& report, const phaseconv::Sett
       {"voice", report.voice},
       {"eos_frames", eos},
       {"split_chunks", report.split_chunks},
+      {"decode_calls", report.decode_calls},
       {"lm_median_ms", or_null(median(report.lm_ms))},
       {"decode_median_ms", or_null(median(report.decode_ms))},
       {"prompt_median_ms", or_null(median(report.prompt_ms))},

@@ -87,6 +87,8 @@ Settings parse_settings(const std::string& text, const std::string& path) {
   s.prompt_tokens = json.at(key::kPromptTokens), s.voice_positions = json.at(key::kVoicePositions);
   s.pad = json.at(key::kPad);
   s.generate_blocks = json.at(key::kGenerateBlocks).get<std::vector<int64_t>>();
+  s.decode_frames = json.at(key::kDecodeFrames).get<std::vector<int64_t>>();
+  std::sort(s.decode_frames.rbegin(), s.decode_frames.rend());  // the most frames first
   s.voices = json.at(key::kVoices).get<std::map<std::string, int64_t>>();
   s.default_voice = optional_value<std::string>(json, key::kDefaultVoice);
   s.quantize = optional_value<std::string>(json, key::kQuantize);
@@ -129,8 +131,9 @@ int64_t Settings::max_generated_frames(int64_t tokens) const {
   return static_cast<int64_t>(std::ceil((tokens / tokens_per_second + gen_seconds_padding) * frame_rate));
 }
 
-// The decoder's thread: resets and latents in the order they were queued, each latent decoded as
-// soon as it comes, each frame handed to the sink from here.
+// The decoder's thread: resets and latents in the order they were queued, the latents queued while it
+// decoded the last ones decoded at once (decode_N, as pocket-tts's decoder thread does; the first
+// frame of a chunk never waits), each frame handed to the sink from here.
 class Runner::Decoder {
  public:
   Decoder(Runner& runner, Module& module) : runner_(runner), module_(module), thread_([this] { loop(); }) {}
@@ -192,16 +195,37 @@ class Runner::Decoder {
         report_->reset_ms = now_ms() - begin;
         first_of_chunk = true;
       } else if (!refused_) {
-        double begin = now_ms();
-        auto latent = floats(std::move(job.latent), {1, 1, static_cast<int>(s.latent_dim)});
-        std::vector<float> pcm = values_of(runner_.run(module_, method::kDecode, {*latent}).at(0));
-        report_->decode_ms.push_back(now_ms() - begin);
-        if (first_of_chunk) {
-          for (size_t i = 0; i < fade.size() && i < pcm.size(); ++i) pcm[i] *= fade[i];
+        std::vector<float> latents = std::move(job.latent);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          int64_t queued = 1;
+          for (auto it = jobs_.begin(); it != jobs_.end() && !it->reset && queued < s.decode_frames.front(); ++it) {
+            ++queued;
+          }
+          int64_t frames = *std::find_if(s.decode_frames.begin(), s.decode_frames.end(),
+                                         [&](int64_t n) { return n <= queued; });
+          for (int64_t i = 1; i < frames; ++i) {
+            latents.insert(latents.end(), jobs_.front().latent.begin(), jobs_.front().latent.end());
+            jobs_.pop_front();
+          }
         }
-        first_of_chunk = false;
-        if (report_->frames++ == 0) report_->first_audio_ms = now_ms() - started_;
-        if (!(*sink_)(pcm.data(), pcm.size())) refused_ = true;
+        const int frames = static_cast<int>(latents.size() / s.latent_dim);
+        double begin = now_ms();
+        auto input = floats(std::move(latents), {1, frames, static_cast<int>(s.latent_dim)});
+        std::string name = frames == 1 ? method::kDecode : method::kDecodeFrames + std::to_string(frames);
+        std::vector<float> pcm = values_of(runner_.run(module_, name, {*input}).at(0));
+        double each = (now_ms() - begin) / frames;
+        report_->decode_calls += 1;
+        for (int frame = 0; frame < frames && !refused_; ++frame) {
+          float* samples = pcm.data() + frame * s.frame_size;
+          if (first_of_chunk) {
+            for (size_t i = 0; i < fade.size() && i < static_cast<size_t>(s.frame_size); ++i) samples[i] *= fade[i];
+          }
+          first_of_chunk = false;
+          report_->decode_ms.push_back(each);
+          if (report_->frames++ == 0) report_->first_audio_ms = now_ms() - started_;
+          if (!(*sink_)(samples, s.frame_size)) refused_ = true;
+        }
       }
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -243,7 +267,7 @@ Runner::Runner(const std::string& path, int threads, const std::optional<std::st
   settings_ = parse_settings(std::string(text.data(), text.size()), path);
   decoder_ = std::make_unique<Module>(lm_->program(), nullptr, nullptr, nullptr, nullptr, true);
   for (const auto& name : *names) {
-    bool decoding = name == method::kDecode || name == method::kResetDecoder;
+    bool decoding = name.rfind(method::kDecode, 0) == 0 || name == method::kResetDecoder;
     auto error = (decoding ? *decoder_ : *lm_).load_method(name);
     if (error != executorch::runtime::Error::Ok) throw UserError(path + ": its method " + name + " does not load");
   }

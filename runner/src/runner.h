@@ -36,7 +36,7 @@ struct Settings {
   std::optional<double> noise_clamp;
   double frame_rate = 0, temperature = 0, eos_threshold = 0, tokens_per_second = 0, gen_seconds_padding = 0;
   double max_voice_seconds = 0;
-  std::vector<int64_t> generate_blocks;
+  std::vector<int64_t> generate_blocks, decode_frames;
   std::map<std::string, int64_t> voices;
   std::optional<std::string> default_voice, quantize, quantize_decoder;
   TextOptions text;
@@ -45,7 +45,7 @@ struct Settings {
 };
 
 struct Report {
-  int64_t frames = 0, chunks = 0, split_chunks = 0;
+  int64_t frames = 0, chunks = 0, split_chunks = 0, decode_calls = 0;
   double load_ms = 0, first_audio_ms = 0, voice_ms = 0, reset_ms = 0, total_ms = 0;
   std::string voice = "none";
   std::vector<std::optional<int64_t>> eos_frames;

@@ -366,13 +366,11 @@ def _lower_tts(
     config = model.removeprefix(TTS_PREFIX) or DEFAULT_TTS_CONFIG
     weights, random_weights, tokenizer, voices = sources
     loaded = load_model(config, weights, tokenizer, random_weights, voices)
-    seconds: dict[str, float] = {}
     err = Console(stderr=True)
     with _known_failures(model, False), Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(f"lowering {config}'s methods", total=None)
 
         def progress(method: str, took: float) -> None:
-            seconds[method] = took
             bar.update(task, description=f"lowering {config}'s methods: {method} took {took:.0f} s")
 
         lowered, settings = lower_tts(
@@ -391,7 +389,7 @@ def _lower_tts(
             {
                 "files": [str(f) for f in files],
                 "settings": json.loads(settings.to_json()),
-                "lowering_s": seconds,
+                "lowering_s": lowered.seconds,
                 "decisions": [d.to_dict() for d in lowered.decisions],
                 "methods": {name: summary.to_dict() for name, summary in methods.items()},
             }

@@ -105,9 +105,7 @@ def test_methods_lowered_one_at_a_time_and_side_by_side_give_the_bytes_of_one_lo
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
         constant_methods={"settings": "{}"},
     )
-    one_call = assemble(
-        {name: together.exported_program(name) for name in together.methods}, {"settings": "{}"}
-    ).buffer
+    one_call = assemble({name: together.exported_program(name) for name in together.methods}, {"settings": "{}"}).buffer
     for workers in (1, 2):
         lowered = phaseconv.lower(methods, rewrite=False, workers=workers, constant_methods={"settings": "{}"})
         assert lowered.buffer == one_call, workers

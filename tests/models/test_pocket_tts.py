@@ -128,6 +128,23 @@ def test_step_module_equals_pocket_tts_in_eager_for_every_frame():
         torch.testing.assert_close(frame, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("frames", [2, 4])
+def test_a_step_of_several_frames_equals_as_many_steps_of_one_and_keeps_their_state(frames):
+    """pocket-tts's decoder thread decodes the latents queued at once: the step over `frames` frames
+    gives the audio of one frame at a time, and leaves the same state (its buffers, named alike, are
+    those of the one-frame step)."""
+    mimi = build_mimi(SMALL)
+    one, several = MimiStep(mimi), MimiStep(mimi, frames=frames)
+    latents = torch.randn(1, 3 * frames, one.latent_dim)
+    with torch.no_grad():
+        expected = torch.cat([one(latents[:, i : i + 1]) for i in range(latents.shape[1])], dim=-1)
+        heard = torch.cat([several(latents[:, i : i + frames]) for i in range(0, latents.shape[1], frames)], dim=-1)
+    torch.testing.assert_close(heard, expected, rtol=1e-5, atol=1e-6)
+    assert one.state_names() == several.state_names()
+    for name in one.state_names():
+        torch.testing.assert_close(several.get_buffer(name), one.get_buffer(name), rtol=1e-5, atol=1e-5)
+
+
 def test_weights_from_a_safetensors_file(tmp_path):
     from safetensors.torch import save_file
 

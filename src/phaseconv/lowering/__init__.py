@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ class LoweredProgram:
     data: bytes | None
     summary: DelegationSummary
     decisions: list[Decision] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # each method's rewrite and lowering, the assembly
 
     def save(self, path: str | Path) -> list[Path]:
         """Write `path` (the .pte) and, with external constants, the .ptd beside it. Returns the files.
@@ -96,17 +98,26 @@ def lower(
                 decisions = [replace(d, node=f"{name}/{d.node}") for d in decisions]
         return lower_method(name, program, **options), decisions
 
+    seconds = {}
+
+    def heard(name: str, took: float) -> None:
+        seconds[name] = took
+        if progress is not None:
+            progress(name, took)
+
     largest_first = sorted(programs, key=lambda name: -len(programs[name].graph.nodes))
-    results = each_method(largest_first, rewritten_and_lowered, workers, progress)
+    results = each_method(largest_first, rewritten_and_lowered, workers, heard)
     decisions = [decision for name in programs for decision in results[name][1]]
     methods = {name: lowered for name, (lowered, _) in results.items()}
+    start = time.perf_counter()
     manager = assemble(methods, constant_methods, isinstance(ep, dict), external_constants)
     data_files = external_data(manager)
     data = b"".join(data_files.values()) if data_files else None
     if len(data_files) > 1:
         raise PhaseconvError(f"expected one external data file, got {sorted(data_files)}")
     buffer = manager.buffer
-    return LoweredProgram(buffer, data, summarize_pte(buffer), decisions)
+    seconds["assemble"] = time.perf_counter() - start
+    return LoweredProgram(buffer, data, summarize_pte(buffer), decisions, seconds)
 
 
 def inspect(path: str | Path) -> DelegationSummary:

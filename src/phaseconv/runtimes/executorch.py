@@ -54,7 +54,7 @@ class LoadedProgram:
     With `weight_cache` (XNNPACK's `weight_cache_enabled`), operators that read the same constant
     share one packed copy: an unrolled LSTM's steps read one recurrent weight, which stays in cache,
     instead of one private copy per step streamed from memory; methods that read one weight share it.
-    `methods`: the names of the methods to initialize (default: all of them)."""
+    `methods`: the names of the methods to initialize, or which to (a function of the name), default all."""
 
     def __init__(
         self, buffer: bytes | Path, data_path: str | Path | None = None, weight_cache: bool = True, methods=None
@@ -62,7 +62,8 @@ class LoadedProgram:
         self._buffer = buffer if isinstance(buffer, Path) else bytes(buffer)
         self._program = load_program(self._buffer, weight_cache, data_path=data_path)
         self.all_methods = sorted(self._program.method_names)
-        chosen = self.all_methods if methods is None else [name for name in self.all_methods if name in methods]
+        wanted = methods if methods is None or callable(methods) else methods.__contains__
+        chosen = [name for name in self.all_methods if wanted is None or wanted(name)]
         self._methods = {name: self._program.load_method(name) for name in chosen}
         # Planned sizes: a dynamic size is planned for the longest of its declared range.
         self._largest = {

@@ -14,7 +14,8 @@ A runner speaks an utterance in pocket-tts's order of calls:
       embed_text(tokens) -> prompt(embeddings, positions V .. V + T - 1), PROMPT_TOKENS a call
       reset_decoder()
       per frame at position p = V + T + step: generate_b (the first b in `generate_blocks` with
-      p // cache_block <= b) -> latent, eos logit; decode(latent) -> 80 ms of PCM
+      p // cache_block <= b) -> latent, eos logit; decode(latent) -> 80 ms of PCM, or the latents
+      queued so far at once, decode_N (N in `decode_frames`), the first of a chunk alone
 
 A call of a fixed size takes fewer tokens or positions padded with PAD (their inputs anything).
 """
@@ -76,6 +77,12 @@ METHODS = (
     ),
     Method("reset_decoder", "", "[1]", "the decoder's state to its start"),
     Method("decode", "latent [1, 1, latent_dim]", "pcm [1, 1, frame_size]", "one frame of audio"),
+    Method(
+        "decode_N",
+        "latents [1, N, latent_dim]",
+        "pcm [1, 1, N * frame_size]",
+        "N frames at once, as N calls of decode (N in settings.decode_frames)",
+    ),
     Method("voice_NAME", "", "state [layers, 2, V, kv_heads, head_dim]", "a built-in voice (settings.voices)"),
 )
 
@@ -86,6 +93,10 @@ def generate_method(block: int) -> str:
 
 def voice_method(name: str) -> str:
     return f"voice_{name}"
+
+
+def decode_method(frames: int) -> str:
+    return "decode" if frames == 1 else f"decode_{frames}"
 
 
 @dataclass(frozen=True)
@@ -188,10 +199,12 @@ def render_header() -> str:
         "",
         "namespace method {",
     ]
-    for method in METHODS:
-        prefix = method.name.removesuffix("_B").removesuffix("_NAME")
-        symbol = "".join(part.capitalize() for part in prefix.split("_"))
-        value = prefix + ("_" if prefix != method.name else "")
+    for method in METHODS:  # a name ending in a placeholder: its prefix (generate_, voice_, decode_)
+        prefix, _, placeholder = method.name.rpartition("_")
+        if not placeholder.isupper():
+            prefix, placeholder = method.name, ""
+        symbol = "".join(part.capitalize() for part in prefix.split("_")) + ("Frames" if placeholder == "N" else "")
+        value = prefix + ("_" if placeholder else "")
         lines.append(f'constexpr const char* k{symbol} = "{value}";  // {method.does}')
     lines += ["}  // namespace method", "", "namespace key {"]
     for name in settings_keys():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
@@ -39,7 +40,14 @@ from phaseconv.models.pocket_tts.language_model import (
     with_cache,
 )
 from phaseconv.tts import voices as voice_states
-from phaseconv.tts.contract import PROMPT_TOKENS, VOICE_POSITIONS, Settings, generate_method, voice_method
+from phaseconv.tts.contract import (
+    PROMPT_TOKENS,
+    VOICE_POSITIONS,
+    Settings,
+    decode_method,
+    generate_method,
+    voice_method,
+)
 
 DEFAULT_TTS_CONFIG = hub.DEFAULT_LANGUAGE
 # A chunk's tokens at most: pocket-tts's MAX_TOKEN_PER_CHUNK (50) is where it splits; a sentence with
@@ -50,6 +58,9 @@ VOICE_FRAMES_PER_CALL = 1
 # Frame methods at most: each reads the cache blocks up to its own, so a frame's attention costs about
 # what the utterance holds, and each is a whole language model to lower.
 GENERATE_METHODS = 4
+# Frames a decode method takes per call: a runner decodes the frames queued while it decoded the last
+# ones in one call (as pocket-tts's decoder thread does), so a call reads the weights once for them.
+DECODE_FRAMES = (1, 2, 4)
 # The int8 decoder's calibration: frames the language model generates in a row after this many random
 # text tokens (the scales of a streaming step depend on its state: the frames are fed in order).
 CALIBRATION_FRAMES, CALIBRATION_TOKENS = 40, 20
@@ -324,6 +335,7 @@ def settings_of(model: Model, capacity: int, blocks: list[int], quantize, quanti
         quantize=quantize,
         quantize_decoder=quantize_decoder,
         max_text_tokens=MAX_TEXT_TOKENS,
+        decode_frames=list(DECODE_FRAMES),
     )
 
 
@@ -343,7 +355,7 @@ def _fresh_mask_cache():
 # share a buffer when they name it alike, so a reset must write every buffer the others write.
 RESETS = {
     "reset_encoder": ["encode_voice"],
-    "reset_decoder": ["decode"],
+    "reset_decoder": ["decode"],  # and decode_2, ...
     "clear_cache": ["prompt", "generate", "load_voice"],  # generate_0, generate_1, ...: one per ladder step
 }
 
@@ -383,11 +395,13 @@ def lm_latents(tts: nn.Module, frames: int = CALIBRATION_FRAMES, seed: int = 0) 
 
 
 def quantized_decode(program: ExportedProgram, tts: nn.Module, decode: Decode) -> ExportedProgram:
-    """The decode method in static int8 (phaseconv.quantize), calibrated on the language model's own
-    latents in order; the decoder's last residual block stays fp32 (MimiStep.output_block)."""
+    """A decode method in static int8 (phaseconv.quantize), calibrated on the language model's own
+    latents in order, as many a call as it takes; the decoder's last residual block stays fp32
+    (MimiStep.output_block)."""
     from phaseconv.quantize import quantize
 
-    calibration = [(latent,) for latent in lm_latents(tts)]
+    latents, frames = torch.cat(lm_latents(tts), dim=1), decode.decoder.frames
+    calibration = [(latents[:, i : i + frames],) for i in range(0, latents.shape[1] - frames + 1, frames)]
     return quantize(program, calibration, keep_float=[f"decoder.{decode.decoder.output_block()}"])
 
 
@@ -409,7 +423,8 @@ def tts_programs(
     if quantize is not None:
         quantize_linears(flow_lm, quantize)
     blocks = generate_blocks(len(cache_blocks(flow_lm)))
-    decode, voice = Decode(tts, MimiStep(tts.mimi)), EncodeVoice(tts)
+    decoders = {frames: Decode(tts, MimiStep(tts.mimi, frames=frames)) for frames in DECODE_FRAMES}
+    voice = EncodeVoice(tts)
     dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
     attention = flow_lm.transformer.layers[0].self_attn.attention
     state = torch.zeros(
@@ -431,15 +446,19 @@ def tts_programs(
             for block in blocks
         },
         "clear_cache": (ClearCache(flow_lm), (), None),
-        "decode": (decode, (latent,), None),
-        "reset_decoder": (ResetState(decode.decoder, "decoder"), (), None),
+        **{
+            decode_method(frames): (decode, (torch.zeros(1, frames, ldim),), None)
+            for frames, decode in decoders.items()
+        },
+        "reset_decoder": (ResetState(decoders[1].decoder, "decoder"), (), None),
     }
     programs = {}
     with torch.no_grad(), _fresh_mask_cache():
         for name, (module, inputs, dynamic_shapes) in methods.items():
             programs[name] = torch.export.export(module.eval(), inputs, dynamic_shapes=dynamic_shapes)
         if quantize_decoder is not None:
-            programs["decode"] = quantized_decode(programs["decode"], tts, decode)
+            for frames, decode in decoders.items():
+                programs[decode_method(frames)] = quantized_decode(programs[decode_method(frames)], tts, decode)
     assert capacity_of(flow_lm) == capacity
     for resetting, running in RESETS.items():
         missing = written_buffers(programs, running) - written_buffers(programs, [resetting])
@@ -470,7 +489,9 @@ def lower_tts(
 
     if capacity is not None and capacity < 2 * PROMPT_TOKENS:
         raise PhaseconvError(f"--capacity {capacity}: the language model needs room for a prompt and frames")
+    start = time.perf_counter()
     programs, constants, settings = tts_programs(model, capacity, quantize, quantize_decoder)
+    exported = time.perf_counter() - start
     lowered = lower(
         programs,
         rewrite=rewrite,
@@ -480,4 +501,5 @@ def lower_tts(
         progress=progress,
         workers=workers or default_workers(),
     )
+    lowered.seconds["export"] = exported
     return lowered, settings

@@ -24,14 +24,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.tts.contract import METHODS, PAD, Settings, generate_method, voice_method
+from phaseconv.tts.contract import METHODS, PAD, Settings, decode_method, generate_method, voice_method
 from phaseconv.tts.voices import AudioVoice, read_state
 
 # Methods every program has (generate_B and voice_NAME: those its settings name).
-REQUIRED = [m.name for m in METHODS if not m.name.endswith(("_B", "_NAME")) and m.name != "tokenizer"]
+REQUIRED = [m.name for m in METHODS if not m.name.endswith(("_B", "_NAME", "_N")) and m.name != "tokenizer"]
 
 
 def _pocket_tts_text():
@@ -57,6 +58,7 @@ class SpeechReport:
     voice: str = "none"  # which voice, in words
     eos_frames: list[int | None] = field(default_factory=list)  # per chunk: the frame EOS was seen at
     split_chunks: int = 0  # chunks split at words to fit the cache with the voice
+    decode_calls: int = 0  # calls of the decoder: fewer than frames where it decoded the frames queued at once
     lm_ms: list[float] = field(repr=False, default_factory=list)
     decode_ms: list[float] = field(repr=False, default_factory=list)
     prompt_ms: list[float] = field(repr=False, default_factory=list)
@@ -108,6 +110,7 @@ class SpeechProgram:
         except (ValueError, TypeError) as error:
             raise PhaseconvError(str(error)) from None
         wanted = REQUIRED + [generate_method(b) for b in self.settings.generate_blocks]
+        wanted += [decode_method(frames) for frames in self.settings.decode_frames]
         missing = [name for name in wanted if name not in self.program.all_methods]
         if missing:
             raise PhaseconvError(f"{path} is not a whole text-to-speech program: it has no {', '.join(missing)}")
@@ -140,6 +143,11 @@ class SpeechProgram:
         """One frame at `position`, by the frame method whose blocks hold it."""
         method = generate_method(self.settings.generate_block(position))
         return self.program.run((latent, start, noise, torch.tensor([position])), method)
+
+    def decode_frames(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [1, N, latent_dim] at once (N in settings.decode_frames) -> pcm [N, frame_size]."""
+        (pcm,) = self.program.run((latents,), decode_method(latents.shape[1]))
+        return pcm.reshape(latents.shape[1], -1)
 
     def __getattr__(self, method: str) -> Callable:
         if method not in REQUIRED:
@@ -358,8 +366,9 @@ class Speaker:
         fade = torch.linspace(0, 1, s.sample_rate // 200)  # pocket-tts's decoder worker's 5 ms fade-in
         chunks = self.chunks(text)
 
-        def deliver(pcm: torch.Tensor, first_of_chunk: bool, decode_ms: float) -> None:
+        def deliver(pcm: torch.Tensor, first_of_chunk: bool, decode_ms: float, first_of_call: bool = True) -> None:
             pcm = pcm.reshape(-1)
+            report.decode_calls += first_of_call
             if first_of_chunk:
                 pcm[: fade.numel()] *= fade
             if report.frames == 0:
@@ -433,6 +442,10 @@ class InlineDecoder:
         pass
 
 
+# The methods the decoder process loads, beside decode and decode_N.
+DECODER_OWN = ("reset_decoder", "settings")
+
+
 class DecoderProcess:
     """The program's decoder in a second process (the same file, loaded again), fed each latent over a
     pipe while this process generates the next: the language model and the decoder run at once, on two
@@ -460,9 +473,9 @@ class DecoderProcess:
     def _collect(self, wait: bool) -> None:
         """Deliver the frames decoded so far; with `wait`, every frame sent."""
         while self.pending and (wait or self.connection.poll()):
-            pcm, first_of_chunk, decode_ms = self.connection.recv()
+            pcm, first_of_chunk, decode_ms, first_of_call = self.connection.recv()
             self.pending -= 1
-            self.deliver(torch.from_numpy(pcm), first_of_chunk, decode_ms)
+            self.deliver(torch.from_numpy(pcm), first_of_chunk, decode_ms, first_of_call)
 
     def reset(self) -> float:
         self.connection.send(("reset", None, False))
@@ -487,23 +500,41 @@ class DecoderProcess:
 
 
 def _decode_latents(path: str, threads: int, connection) -> None:
-    """The decoder process: reset and decode as told, each frame's PCM sent back as it is decoded."""
+    """The decoder process: reset and decode as told, the latents queued while it decoded the last
+    ones at once (as pocket-tts's decoder thread does; the first frame of a chunk never waits), each
+    frame's PCM sent back as it is decoded."""
+    import collections
+
     from phaseconv.errors import parked_stderr
     from phaseconv.runtimes.executorch import set_threads
 
     with parked_stderr():  # the runtime's CPU probing on load
         set_threads(threads)
-        program = SpeechProgram(Path(path), methods=("decode", "reset_decoder", "settings"))
+        program = SpeechProgram(Path(path), methods=lambda name: name.startswith("decode") or name in DECODER_OWN)
+    sizes = sorted(program.settings.decode_frames, reverse=True)
     program.reset_decoder()
     connection.send("ready")
+    queued = collections.deque()
     while True:
-        command, latent, first_of_chunk = connection.recv()
+        if not queued:
+            queued.append(connection.recv())
+        while connection.poll():
+            queued.append(connection.recv())
+        command, latent, first_of_chunk = queued.popleft()
         if command == "stop":
             connection.send(None)
             return
         if command == "reset":
             program.reset_decoder()
             continue
+        batch = [(latent, first_of_chunk)]
+        while queued and queued[0][0] == "decode" and len(batch) < sizes[0]:
+            batch.append(queued.popleft()[1:])
+        frames = next(size for size in sizes if size <= len(batch))
+        for extra in reversed(batch[frames:]):  # back to the queue, for the next call
+            queued.appendleft(("decode", *extra))
         begin = time.perf_counter()
-        (pcm,) = program.decode(torch.from_numpy(latent))
-        connection.send((pcm.reshape(-1).numpy(), first_of_chunk, (time.perf_counter() - begin) * 1e3))
+        pcm = program.decode_frames(torch.from_numpy(np.concatenate([latent for latent, _ in batch[:frames]], axis=1)))
+        each = (time.perf_counter() - begin) * 1e3 / frames
+        for index, (frame, (_, first)) in enumerate(zip(pcm, batch[:frames])):
+            connection.send((frame.numpy(), first, each, index == 0))

@@ -205,12 +205,14 @@ class StreamingStep(nn.Module):
 
 
 class MimiStep(StreamingStep):
-    """latent [B, 1, D] (as `decode_from_latent` takes it) -> pcm [B, 1, frame_size], state in buffers."""
+    """latent [B, frames, D] (as `decode_from_latent` takes it) -> pcm [B, 1, frames * frame_size],
+    state in buffers: those of the step for one frame, so steps for several frame counts share them."""
 
-    def __init__(self, mimi: nn.Module, batch_size: int = 1):
-        super().__init__(mimi, lambda name: not _encoding(name), steps_per_frame(mimi), batch_size)
+    def __init__(self, mimi: nn.Module, batch_size: int = 1, frames: int = 1):
+        super().__init__(mimi, lambda name: not _encoding(name), frames * steps_per_frame(mimi), batch_size)
         self.latent_dim = self.mimi.quantizer.dimension
         self.frame_size = self.mimi.frame_size
+        self.frames = frames
 
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
         return self.mimi.decode_from_latent(latent, self.state())
