@@ -114,14 +114,17 @@ def peer_exports(litert: bool) -> list[tuple[dict, type]]:
     """The peers, each as (name -> export of a prepared program, its session): ONNX Runtime's stock
     export and phaseconv.export_onnx; LiteRT's stock conversion and export_litert when `litert`."""
     import phaseconv
-    from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
+    from phaseconv.peers import PEERS
 
-    peers = [({ORT_STOCK: to_onnx, ORT_PHASECONV: lambda ep: phaseconv.export_onnx(ep)[0]}, OrtSession)]
+    onnx = PEERS["onnx"]()
+    peers = [({ORT_STOCK: onnx.convert, ORT_PHASECONV: lambda ep: phaseconv.export_onnx(ep)[0]}, onnx.session)]
     if litert:
-        from phaseconv.runtimes.litert import LiteRTSession, to_tflite
-
-        exports = {LITERT_STOCK: to_tflite, LITERT_PHASECONV: lambda ep: phaseconv.export_litert(ep, target="host")[0]}
-        peers.append((exports, LiteRTSession))
+        tflite = PEERS["litert"]()
+        exports = {
+            LITERT_STOCK: tflite.convert,
+            LITERT_PHASECONV: lambda ep: phaseconv.export_litert(ep, target="host")[0],
+        }
+        peers.append((exports, tflite.session))
     return peers
 
 

@@ -36,32 +36,17 @@ from phaseconv.targets import host_target  # noqa: E402
 console = Console(width=200)
 
 
-def peer(runtime: str):
-    """(export rules, convert: ExportedProgram -> bytes, session: (bytes, threads) -> .run) of a runtime."""
-    if runtime == "onnx":
-        from phaseconv.onnx_export import ONNX_RULES
-        from phaseconv.runtimes.onnxruntime import OrtSession, to_onnx
-
-        return ONNX_RULES, to_onnx, OrtSession
-    from phaseconv.litert_export import LITERT_RULES
-    from phaseconv.runtimes.litert import LiteRTSession, to_tflite
-
-    return LITERT_RULES, to_tflite, LiteRTSession
-
-
 def measure(case, runs: int, threads: int, runtime: str = "onnx", alone: bool = True) -> dict:
     import torch
 
     import phaseconv
+    from phaseconv.peers import PEERS
     from phaseconv.rewrite import rewrite_with_report
     from phaseconv.runtimes.timing import interleaved_times, median_ms
 
-    export_rules, convert, session = peer(runtime)
-    target_rules = export_rules  # this CPU's own: LiteRT has them per target, ONNX Runtime one set
-    if runtime == "litert":
-        from phaseconv.litert_export import LITERT_TARGET_RULES
-
-        target_rules = LITERT_TARGET_RULES[host_target()]
+    peer = PEERS[runtime]()
+    export_rules, convert, session = peer.rules("any"), peer.convert, peer.session
+    target_rules = peer.rules(host_target())  # this CPU's own: LiteRT has them per target, ONNX Runtime one set
 
     module, inputs = case.build()
     module = phaseconv.prepare(module)

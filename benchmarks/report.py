@@ -152,6 +152,13 @@ def _program_own(row: dict) -> list[str]:
     return [f"{row['library_code_mib']:.1f}", f"{own / row['file_mib']:.2f}"]
 
 
+def _cpp_peak(row: dict) -> str:
+    """The C++ runner's peak resident memory speaking with the program, and against its file."""
+    if "cpp_peak_mib" not in row:
+        return "-"
+    return f"{row['cpp_peak_mib']:.1f} / {row['cpp_peak_mib'] / row['file_mib']:.2f}"
+
+
 def tts(data: dict) -> str:
     """Text to speech end to end, medians of the interleaved runs, and each program's memory."""
     groups: dict[tuple, list[dict]] = {}
@@ -194,6 +201,7 @@ def tts(data: dict) -> str:
             f"{row['first_utterance_mib'] / row['file_mib']:.2f}",
             *_program_own(row),
             _ms(row["reset_ms"]),
+            _cpp_peak(row),
         ]
         for row in data["rows"]
         if "file_mib" in row
@@ -209,6 +217,7 @@ def tts(data: dict) -> str:
         "of it, library code MiB",
         "the program's own / file",
         "decoder reset ms",
+        "C++ runner peak MiB / file",
     ]
     quality = [
         [
@@ -227,7 +236,9 @@ def tts(data: dict) -> str:
         _machine(data["meta"], "python benchmarks/tts.py")
         + f" Medians of {runs} interleaved runs; random weights, end of speech disabled.\n\n"
         + _table(header, rows)
-        + "\n\nEach program alone in a fresh process (XNNPACK's weight cache on, as the runner loads it):\n\n"
+        + "\n\nEach program alone in a fresh process (XNNPACK's weight cache on, as the runner loads it)"
+        + (f"; the C++ runner's binary: {binary:.1f} MiB" if (binary := data["meta"].get("runner_binary_mib")) else "")
+        + ":\n\n"
         + _table(memory_header, memory)
         + "\n\nQuantized language models against the fp32 program, temperature 0, three sentences"
         + " (end of speech per chunk, under the config's rule):\n\n"
@@ -371,8 +382,30 @@ def lowering(data: dict) -> str:
     return _machine(data["meta"], command) + note + "\n\n" + _table(header, rows)
 
 
+def frames_per_call(data: dict) -> str:
+    """pocket-tts's decoder step over 1, 2 and 4 frames a call, per frame, against one a call."""
+    header = ["config", "precision", "frames a call", "ms per frame", "against one a call", "GMAC/s", "of best GEMM"]
+    single = {(r["config"], r["precision"]): r["ms_per_frame"] for r in data["rows"] if r["frames_per_call"] == 1}
+    rows = [
+        [
+            row["config"],
+            row["precision"],
+            str(row["frames_per_call"]),
+            _ms(row["ms_per_frame"]),
+            f"{row['ms_per_frame'] / single[(row['config'], row['precision'])]:.2f}x",
+            f"{row['gmac_s']:.1f}",
+            f"{row['gmac_s'] / row['gemm_best_gmac_s']:.0%}",
+        ]
+        for row in data["rows"]
+    ]
+    meta = data["meta"]
+    note = f" One thread, `--target {meta['target']}`, medians over {meta['runs']} calls interleaved."
+    return _machine(meta, "python benchmarks/frames_per_call.py") + note + "\n\n" + _table(header, rows)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
     "console": console,
+    "frames_per_call": frames_per_call,
     "headline": headline,
     "int8_runtimes": int8_runtimes,
     "int8_sensitivity": int8_sensitivity,

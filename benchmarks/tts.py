@@ -19,7 +19,9 @@ each variant in turn:
 - phaseconv program: the runner, every model call an ExecuTorch method, one call after the other;
 - each program again with its decoder in a second process: the runner's `--pipeline`, the language
   model in this process and the decoder in another (the same file loaded again), each at the
-  worker's threads.
+  worker's threads;
+- each program through the C++ runner (`./dev runner`: runner/build/phaseconv-tts, its decoder on a
+  thread of its own, `--threads` the worker's), a process per run; its own summary gives the figures.
 
 With random weights the end-of-speech logit is meaningless: it is disabled (threshold +inf) for every
 variant, so each speaks pocket-tts's maximum number of frames for the text, (tokens / 3 + 2) s.
@@ -27,7 +29,8 @@ Reported per run: frames, time to first audio from the text (the voice prompt, o
 timed apart), real-time factor (generation time over audio duration), per-frame medians of the LM
 and decoder calls. Then, for each program, resident memory in a fresh process that only loads it
 and speaks one sentence in a voice (XNNPACK's weight cache on, as the runner loads), against its
-file size, and for each quantized program, its audio's SNR against the fp32 program's at
+file size (and the C++ runner's peak resident memory speaking the same sentence, against the file
+and beside the binary's size), and for each quantized program, its audio's SNR against the fp32 program's at
 temperature 0 and the frames its end of speech came at under the config's rule.
 """
 
@@ -60,6 +63,24 @@ TEXTS = {
 }
 DEFAULT_CONFIGS = "english_2m_2026-10,english_18m_2026-10,english_2026-09"
 PIPELINED = ", decoder in a second process"
+RUNNER = Path(__file__).resolve().parent.parent / "runner" / "build" / "phaseconv-tts"
+CPP = "C++ runner: "
+
+
+def cpp_speech(path: str, text: str, wav: Path, threads: int) -> tuple[dict, float]:
+    """The C++ runner speaking `text` with the program in a process of its own, temperature 0 and end
+    of speech disabled: its summary, and the process's peak resident memory (MiB)."""
+    import os
+
+    with tempfile.TemporaryDirectory() as folder:
+        command = [str(RUNNER), path, text, "--voice", str(wav), "--temperature", "0", "--eos-threshold", "inf"]
+        command += ["--threads", str(threads), "-o", f"{folder}/out.wav", "--json", f"{folder}/summary.json"]
+        with open(f"{folder}/stderr", "w") as stderr:
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+            _, status, usage = os.wait4(process.pid, 0)
+        if status != 0:
+            raise SystemExit(f"{' '.join(command)} failed:\n{Path(folder, 'stderr').read_text()[-3000:]}")
+        return json.loads(Path(folder, "summary.json").read_text()), usage.ru_maxrss / 1024
 
 
 def memory_worker(program: Path, tokenizer: Path) -> None:
@@ -75,7 +96,8 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
     import pocket_tts.models.tts_model  # noqa: F401
 
     import phaseconv.tts.program  # noqa: F401
-    from phaseconv.tts.runner import Speaker, SpeechProgram, SpeechReport
+    from phaseconv.tts.runner import Speaker, SpeechReport
+    from phaseconv.tts.speech_program import SpeechProgram
     from phaseconv.tts.voices import AudioVoice
 
     before, code_before = resident_mib(), library_code_mib(program)
@@ -107,6 +129,8 @@ def memory_row(config: str, name: str, path: str, lowering_s: float, tokenizer: 
     file_mib = Path(path).stat().st_size / 2**20
     methods, state = planned_bytes(Path(path).read_bytes())
     row = {"config": config, "threads": 1, "variant": name, "file_mib": file_mib, "lowering_s": lowering_s}
+    if RUNNER.is_file():  # the same sentence in the same voice, as memory_worker speaks it
+        _, row["cpp_peak_mib"] = cpp_speech(path, TEXTS["10 words"], tokenizer.parent / "voice.wav", 1)
     return row | {"planned_methods_mib": methods / 2**20, "planned_state_mib": state / 2**20} | memory
 
 
@@ -155,8 +179,10 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
 
     import torch
 
-    from phaseconv.tts.program import build_tts
-    from phaseconv.tts.runner import DecoderProcess, Speaker, SpeechProgram, SpeechReport
+    from phaseconv.tts.decoding import DecoderProcess
+    from phaseconv.tts.model import build_tts
+    from phaseconv.tts.runner import Speaker, SpeechReport
+    from phaseconv.tts.speech_program import SpeechProgram
     from phaseconv.tts.voices import AudioVoice
 
     torch.set_num_threads(threads)
@@ -175,10 +201,11 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     hybrid = EagerLmProgramDecoder(tts, loaded["phaseconv program"])
     pipelined = {name + PIPELINED: DecoderProcess(Path(path), threads) for name, (path, _) in programs.items()}
     speakers |= {name + PIPELINED: speakers[name] for name in programs}
+    cpp = {CPP + name: path for name, (path, _) in programs.items()} if RUNNER.is_file() else {}
     rows = []
     for label, text in TEXTS.items():
         for run in range(runs):
-            for name in ("pocket-tts eager", "eager LM + phaseconv decoder", *speakers):
+            for name in ("pocket-tts eager", "eager LM + phaseconv decoder", *speakers, *cpp):
                 frames, first, started = [], [], time.perf_counter()
 
                 def on_frame(pcm, frames=frames, first=first, started=started):
@@ -187,6 +214,10 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                     frames.append(pcm.numel())
 
                 report = None
+                if name in cpp:
+                    summary, _ = cpp_speech(cpp[name], text, wav, threads)
+                    rows.append(cpp_row(config, threads, label, run, name, summary))
+                    continue
                 if name == "pocket-tts eager":
                     for chunk in tts.generate_audio_stream(voice_state, text):
                         on_frame(chunk)
@@ -223,6 +254,14 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     for name, (path, lowering_s) in programs.items() if threads == 1 else ():  # memory: once per program
         rows.append(memory_row(config, name, path, lowering_s, tokenizer))
     out.write_text(json.dumps(rows))
+
+
+def cpp_row(config: str, threads: int, text: str, run: int, name: str, summary: dict) -> dict:
+    keys = ("audio_seconds", "first_audio_ms", "total_ms", "real_time_factor", "lm_median_ms", "decode_median_ms")
+    keys += ("prompt_median_ms",)
+    return {"config": config, "threads": threads, "text": text, "run": run, "variant": name} | {
+        key: summary[key] for key in keys
+    }
 
 
 def quality_rows(config: str, loaded: dict, tokenizer: Path, wav: Path) -> list[dict]:
@@ -277,7 +316,8 @@ def _reset_ms(speech) -> float:
 
 def lower_programs(config: str, schemes: list[str], folder: Path) -> None:
     """The config's programs (fp32, and each scheme's), a stand-in tokenizer and a voice, in `folder`."""
-    from phaseconv.tts.program import load_tts_config, lower_tts, random_model
+    from phaseconv.tts.model import load_tts_config, random_model
+    from phaseconv.tts.program import lower_tts
     from phaseconv.tts.stand_ins import stand_in_tokenizer, stand_in_voice
 
     tokenizer = stand_in_tokenizer(folder / "tokenizer.model", load_tts_config(config).flow_lm.lookup_table.n_bins)
@@ -340,7 +380,8 @@ def main(
                 arguments = ["--configs", config, "--threads", count, "--runs", str(runs), "--folder", programs]
                 rows += worker_rows(__file__, arguments, f"{config}, {count} thread(s): speaking", console)
     measured = (lambda row: (row["config"], "file_mib" in row)) if memory_only else (lambda row: row["config"])
-    save_results(json_path, rows, partial_key=measured, runs=runs, texts=TEXTS)
+    binary = {"runner_binary_mib": RUNNER.stat().st_size / 2**20} if RUNNER.is_file() else {}
+    save_results(json_path, rows, partial_key=measured, runs=runs, texts=TEXTS, **binary)
     print(tts_tables(json.loads(json_path.read_text())))  # the tables the docs show
     console.print(f"wrote {json_path}")
 

@@ -1,5 +1,5 @@
 // phaseconv-tts PROGRAM "text" [--voice NAME|FILE.safetensors|FILE.wav] [--temperature T] [--seed N]
-//               [--threads N] [--tokenizer FILE] [--stream] [-o out.wav] [--json summary.json]
+//               [--eos-threshold X] [--threads N] [--tokenizer FILE] [--stream] [-o out.wav] [--json summary.json]
 //
 // Speaks through a text-to-speech program from `phaseconv lower pocket-tts-tts:CONFIG`, as
 // `phaseconv tts` does: the summary goes to stderr, --stream writes 16-bit mono PCM to stdout as
@@ -34,7 +34,7 @@ using phaseconv::UserError;
 struct Options {
   std::string program, text;
   std::optional<std::string> voice, tokenizer, output, json;
-  std::optional<double> temperature;
+  std::optional<double> temperature, eos_threshold;
   uint64_t seed = 0;
   int threads = 1;
   bool stream = false;
@@ -42,7 +42,7 @@ struct Options {
 
 const char* kUsage =
     "usage: phaseconv-tts PROGRAM TEXT [--voice NAME|FILE.safetensors|FILE.wav] [--temperature T] [--seed N] "
-    "[--threads N] [--tokenizer FILE] [--stream] [-o out.wav] [--json summary.json]";
+    "[--eos-threshold X] [--threads N] [--tokenizer FILE] [--stream] [-o out.wav] [--json summary.json]";
 
 template <typename T>
 T number(const std::string& flag, const std::string& text) {
@@ -69,6 +69,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "-o" || flag == "--output") options.output = value();
     else if (flag == "--json") options.json = value();
     else if (flag == "--temperature") options.temperature = number<double>(flag, value());
+    else if (flag == "--eos-threshold") options.eos_threshold = number<double>(flag, value());
     else if (flag == "--seed") options.seed = number<uint64_t>(flag, value());
     else if (flag == "--threads") options.threads = number<int>(flag, value());
     else if (flag == "--stream") options.stream = true;
@@ -158,6 +159,7 @@ int run(int argc, char** argv) {
   }
   if (blank(options.text)) throw UserError("the text is empty");
   phaseconv::Runner runner(options.program, options.threads, options.tokenizer);
+  if (options.eos_threshold) runner.set_eos_threshold(*options.eos_threshold);
   const auto& settings = runner.settings();
   phaseconv::Report report;
   report.load_ms = runner.load_ms();

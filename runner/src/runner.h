@@ -64,6 +64,8 @@ class Runner {
   ~Runner();
 
   const Settings& settings() const { return settings_; }
+  // pocket-tts generate's --eos-threshold: the logit past which speech ends (the config's by default)
+  void set_eos_threshold(double threshold) { settings_.eos_threshold = threshold; }
   double load_ms() const { return load_ms_; }
 
   // The voice `--voice` names (none: the program's default): a built-in voice, a .safetensors

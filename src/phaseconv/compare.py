@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch.export import ExportedProgram
 
 from phaseconv.lowering import lower
+from phaseconv.quantize import snr_db
 from phaseconv.report import Decision
 from phaseconv.runtimes.executorch import LoadedProgram
 from phaseconv.runtimes.pte import DelegationSummary
@@ -89,3 +91,14 @@ def time_variants(comparison: Comparison, inputs: tuple[torch.Tensor, ...], runs
     runners = {name: (lambda v=v: v.program.run(inputs)) for name, v in comparison.variants.items()}
     for name, samples in interleaved_times(runners, runs, on_round=on_round).items():
         comparison.variants[name].times = samples
+
+
+def lowered_snr_db(program: ExportedProgram, inputs: tuple, buffer: bytes, data: Path | None = None) -> float:
+    """SNR of a lowered int8 program's output against the fp32 `program` in eager, on `inputs`."""
+    with torch.no_grad():
+        reference = program.module()(*inputs)
+    # without the weight cache: another int8 program of the same weights loaded in this process (a
+    # notebook, a test) would lend this one its packed weights, scales included (docs/int8.md)
+    output = LoadedProgram(buffer, data, weight_cache=False).run(inputs)
+    reference = reference[0] if isinstance(reference, (tuple, list)) else reference
+    return snr_db(reference, output[0])

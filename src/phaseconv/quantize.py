@@ -176,3 +176,7 @@ def calibration_sets(folder: Path) -> list[tuple[torch.Tensor, ...]]:
         except (OSError, ValueError) as error:
             raise PhaseconvError(f"--calibration: cannot read {path.name}: {error}") from None
     return sets
+
+
+# --quantize's names for the modes
+FLAGS = {"int8": "static", "int8-dynamic": "dynamic"}

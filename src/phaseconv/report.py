@@ -75,7 +75,7 @@ def summary_lines(decisions: list[Decision]) -> list[str]:
     return lines
 
 
-def summary_table(decisions: list[Decision], title: str = "phaseconv rewrite") -> Table:
+def rules_table(decisions: list[Decision], title: str = "phaseconv rewrite") -> Table:
     """The decisions per rule: how many it rewrote, how many it left alone and why, most often."""
     table = Table(title=title)
     for column in ("rule", "rewritten", "left alone", "most common reason"):

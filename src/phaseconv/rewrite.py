@@ -22,7 +22,7 @@ def require_program(ep) -> None:
 
 def _plan(editor: ProgramEditor, rules) -> tuple[list[Decision], list]:
     decisions, plans = [], []
-    found = {rule.name: set(rule.candidates(editor)) for rule in rules if hasattr(rule, "candidates")}
+    found = {rule.name: set(nodes) for rule in rules if (nodes := rule.candidates(editor)) is not None}
     for node in list(editor.graph.nodes):
         for rule in rules:
             if not (node in found[rule.name] if rule.name in found else rule.matches(node)):
@@ -37,24 +37,18 @@ def _plan(editor: ProgramEditor, rules) -> tuple[list[Decision], list]:
     return decisions, plans
 
 
-def rule_stage(rule) -> int:
-    return getattr(rule, "stage", 1)
-
-
 def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgram, list[Decision]]:
     """The rewritten copy of `ep` and the decision for every candidate node.
 
-    Rules run in stages (a rule's `stage`, 1 unless it says otherwise): constant folding (0) is
-    planned and applied first, so the rewrites (1) see folded constants; clean-ups of what the
-    rewrites emit (2) come last.
+    Rules run in stages (rules.sets.STAGES), each planned whole on what the stages before it left.
     """
     require_program(ep)
     rules = resolve_rules(rules)
     program = functional(copy_program(ep))
     decisions = []
     with declared_ranges_kept(program):
-        for number in sorted({rule_stage(r) for r in rules}):
-            stage = [r for r in rules if rule_stage(r) == number]
+        for number in sorted({r.stage for r in rules}):
+            stage = [r for r in rules if r.stage == number]
             editor = ProgramEditor(program)
             stage_decisions, plans = _plan(editor, stage)
             for rule, plan in plans:

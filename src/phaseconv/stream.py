@@ -29,12 +29,9 @@ class StreamReport:
     samples_per_frame: int
     sample_rate: int
     load_ms: float
-    frame_ms: list[float] = field(repr=False, default_factory=list)
-
-    @property
-    def first_audio_ms(self) -> float:
-        """The first frame's call, from the moment its latent is there."""
-        return self.frame_ms[0]
+    frame_ms: list[float] = field(repr=False, default_factory=list)  # each frame's share of its call
+    first_audio_ms: float = 0.0  # the first call, from the moment its latents are there
+    frames_per_call: int = 1
 
     @property
     def median_ms(self) -> float:
@@ -52,26 +49,21 @@ class StreamReport:
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("frame_ms")
-        derived = ("first_audio_ms", "median_ms", "p95_ms", "real_time_factor")
+        derived = ("median_ms", "p95_ms", "real_time_factor")
         return {**data, **{name: getattr(self, name) for name in derived}}
 
 
 class StepProgram:
-    """A .pte step program, loaded, with its latent width and frame size read from the program."""
+    """A .pte step program, loaded, with its latent width, frame size and frames a call read from the
+    program (latents [1, N, D] -> pcm [1, 1, N * frame_size])."""
 
     def __init__(self, path: Path):
         from phaseconv.runtimes.executorch import LoadedProgram
-        from phaseconv.runtimes.pte import summarize_pte_file
+        from phaseconv.runtimes.pte import data_file
 
-        summary = summarize_pte_file(path)  # a clear error for a file that is not a program
-        data_path = path.with_suffix(".ptd")
-        if summary.external_constants and not data_path.is_file():
-            raise PhaseconvError(
-                f"{path} keeps {summary.external_constants} constants in an external data file, and {data_path} "
-                "is missing: put it beside the program"
-            )
+        data = data_file(path)
         start = time.perf_counter()
-        self.program = LoadedProgram(path, data_path if summary.external_constants else None)
+        self.program = LoadedProgram(path, data)
         self.load_ms = (time.perf_counter() - start) * 1e3
         meta = self.program.method_meta()
         if meta.num_inputs() != 1 or meta.num_outputs() != 1:
@@ -80,9 +72,11 @@ class StepProgram:
                 f"{meta.num_outputs()} outputs (a step takes one latent frame, gives one PCM frame)"
             )
         latent, pcm = list(meta.input_tensor_meta(0).sizes()), list(meta.output_tensor_meta(0).sizes())
-        if len(latent) != 3 or latent[:2] != [1, 1] or len(pcm) != 3 or pcm[:2] != [1, 1]:
-            raise PhaseconvError(f"{path} is not a step program: it maps {latent} to {pcm}, not [1, 1, D] to [1, 1, N]")
-        self.latent_dim, self.frame_size = latent[2], pcm[2]
+        if len(latent) != 3 or latent[0] != 1 or len(pcm) != 3 or pcm[:2] != [1, 1] or pcm[2] % latent[1]:
+            raise PhaseconvError(
+                f"{path} is not a step program: it maps {latent} to {pcm}, not [1, frames, D] to [1, 1, frames * N]"
+            )
+        self.frames_per_call, self.latent_dim, self.frame_size = latent[1], latent[2], pcm[2] // latent[1]
 
     def check_latents(self, latents: np.ndarray, source: str) -> torch.Tensor:
         """[frames, D] float32 latents as the program takes them, or a clear error."""
@@ -92,15 +86,20 @@ class StepProgram:
             raise PhaseconvError(
                 f"{source} has shape {list(latents.shape)}; the step takes [frames, {self.latent_dim}] latents"
             )
+        if latents.shape[0] % self.frames_per_call:
+            raise PhaseconvError(
+                f"{source} holds {latents.shape[0]} frames; the step decodes {self.frames_per_call} a call: "
+                "give a multiple of that"
+            )
         return torch.from_numpy(np.ascontiguousarray(latents))
 
-    def frames(self, latents: torch.Tensor) -> Iterator[tuple[torch.Tensor, float]]:
-        """Each frame's PCM [frame_size] and the milliseconds its call took."""
-        for latent in latents:
+    def calls(self, latents: torch.Tensor) -> Iterator[tuple[torch.Tensor, float]]:
+        """Each call's PCM [frames_per_call, frame_size] and the milliseconds it took."""
+        count = self.frames_per_call
+        for first in range(0, latents.shape[0], count):
             start = time.perf_counter()
-            (pcm,) = self.program.run((latent.reshape(1, 1, -1),))
-            elapsed = (time.perf_counter() - start) * 1e3
-            yield pcm.reshape(-1), elapsed
+            (pcm,) = self.program.run((latents[first : first + count].reshape(1, count, -1),))
+            yield pcm.reshape(count, -1), (time.perf_counter() - start) * 1e3
 
 
 def load_latents(path: Path) -> np.ndarray:
@@ -123,11 +122,15 @@ def to_pcm16(samples: torch.Tensor) -> bytes:
 
 def stream(step: StepProgram, latents: torch.Tensor, on_frame: Callable[[torch.Tensor], None]) -> StreamReport:
     """Decode every latent frame, handing each frame's samples to `on_frame` as soon as it is there."""
-    times = []
-    for pcm, elapsed in step.frames(latents):
-        times.append(elapsed)
-        on_frame(pcm)
-    return StreamReport(len(times), step.frame_size, SAMPLE_RATE, step.load_ms, times)
+    report = StreamReport(0, step.frame_size, SAMPLE_RATE, step.load_ms, frames_per_call=step.frames_per_call)
+    for pcm, elapsed in step.calls(latents):
+        if not report.frame_ms:
+            report.first_audio_ms = elapsed
+        for frame in pcm:
+            report.frames += 1
+            report.frame_ms.append(elapsed / len(pcm))
+            on_frame(frame)
+    return report
 
 
 def write_wav(path: Path, pcm16: bytes, sample_rate: int = SAMPLE_RATE) -> None:

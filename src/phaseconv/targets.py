@@ -1,28 +1,15 @@
-"""The CPU a lowered program is for: what phaseconv.lower may tune to it.
+"""The CPU a lowered program is for: what phaseconv.lower may tune to it (the rule sets per target
+are in rules/sets.py; what each gained, per CPU, in docs/runtimes.md#the-target-cpu, from
+`python benchmarks/variants.py`).
 
 - "any": the rewrites that paid on every CPU measured (the default: a program lowered on a
   workstation usually ships to another CPU, a phone's);
-- "x86-fma3": also `winograd` and `im2col`, for x86-64 CPUs with FMA3 and no AVX-512, where
-  XNNPACK's f32 IGEMM convolution runs at about half its GEMM speed (rules/im2col.py): the
-  convolutions become GEMMs;
-- "x86-avx512": also `winograd` for stride-1 3x3 (and 2x2) convolutions of 128 channels or more in
-  and out, for x86-64 CPUs with AVX-512, where XNNPACK's IGEMM convolution runs at about 92 GMAC/s
-  (an Intel Xeon, 1 thread; torch.mm 98 there): F(2, 3x3)'s 16 GEMMs of a quarter of the positions
-  for 9 paid there (1 thread: the U-Net 26.9 -> 24.6 ms, the StyleGAN2-like network 24.9 -> 22.5);
-  at 64 channels, or with strided and 1-D kernels too, they did not; beyond 128x128 outputs only
-  from 256 channels in and out: SD 1.x's VAE decoder at 32x32 latents ran 5646 ms with its
-  128-channel layers at 256x256 taken too, 5434 without (`python benchmarks/variants.py --only "SD 1.x"`);
-  and `transposed_linear`, linear layers of 8-128 rows with their weight first (XNNPACK tiles the
-  rows by 7 and reads the weight once per tile: rules/transposed_linear.py), measured on an Intel Xeon;
-- "x86-avx512-amd": x86-avx512's Winograd without its weight-first linears, for AMD CPUs with
-  AVX-512. Measured on a Zen 5 (EPYC, family 26; not on a Zen 4), 1 thread, x86-avx512 / this
-  (`python benchmarks/variants.py --only "(transposed_linear)"` and `--only "(x86-avx512)"`,
-  results/variants.json): XNNPACK's run-time-weight fully connected operator streams its input at
-  13.4 GB/s there whatever the rows (`operators.py --rows`: 16 rows of 67 MB, 5.02 ms weight first,
-  4.28 as stored), so pocket-tts's decoder step ran 5.57 -> 4.83 ms, Mimi's decoder on 25 frames
-  60.6 -> 54.4, EnCodec's 23.0 -> 21.0, but Mimi's on 1 frame 6.63 -> 6.87 (the others within 1%);
-  Winograd pays as on the Xeon (U-Net 19.6 -> 17.6 ms for any -> x86-avx512, the StyleGAN2-like
-  network 17.2 -> 15.2);
+- "x86-fma3": x86-64 CPUs with FMA3 and no AVX-512, where XNNPACK's f32 convolution runs at about
+  half its GEMM speed: convolutions as GEMMs too (winograd, im2col);
+- "x86-avx512": x86-64 CPUs with AVX-512: wide stride-1 3x3 convolutions as Winograd's GEMMs, and
+  linears of 8 to 128 rows with their weight first (XNNPACK reads a weight once per 7-row tile);
+- "x86-avx512-amd": AMD CPUs with AVX-512 (a Zen 5): Winograd, without the weight-first linears
+  (there XNNPACK's run-time-weight linear streams its input no faster for fewer rows);
 - "host": the CPU this runs on, as one of the above (what the benchmarks and `phaseconv bench` use).
 """
 

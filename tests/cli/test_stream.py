@@ -44,6 +44,33 @@ def test_pcm_on_stdout_is_1920_samples_per_frame(step, tmp_path):
 
 
 @STEP_PROGRAM
+def test_a_step_of_four_frames_a_call_streams_the_audio_of_one_frame_a_call(step, tmp_path):
+    """pocket-tts:CONFIG?frames=4: the step over 4 frames a call (as pocket-tts's decoder takes the
+    latents queued), the same audio as one frame a call, within float rounding."""
+    four = tmp_path / "step4.pte"
+    result = phaseconv("lower", f"{SMALL}?frames=4", "-o", four, "--random-weights")
+    assert result.returncode == 0, result.stderr
+    latents = np.random.default_rng(0).standard_normal((8, 32)).astype(np.float32)
+    np.save(tmp_path / "z.npy", latents)
+    outputs = []
+    for program, extra in ((step, []), (four, ["--frames-per-call", 4])):
+        args = ["stream", program, "--latents", tmp_path / "z.npy", "--pcm", *extra]
+        result = subprocess.run([*PHASECONV, *map(str, args)], capture_output=True, cwd=ROOT, timeout=600)
+        assert result.returncode == 0, result.stderr
+        outputs.append(np.frombuffer(result.stdout, dtype="<i2").astype(np.int32))
+    assert outputs[0].shape == outputs[1].shape == (8 * 1920,) and np.abs(outputs[0] - outputs[1]).max() <= 1
+    result = phaseconv("stream", four, "--frames-per-call", 2, "--pcm")
+    assert result.returncode == 2 and "decodes 4 frame(s) a call" in result.stderr
+
+
+@STEP_PROGRAM
+def test_int8_keeps_the_steps_output_block_float_and_says_so(tmp_path):
+    result = phaseconv("lower", SMALL, "-o", tmp_path / "int8.pte", "--random-weights", "--quantize", "int8")
+    assert result.returncode == 0, result.stderr
+    assert "kept fp32: mimi.decoder.model." in result.stderr and "SNR" in result.stdout
+
+
+@STEP_PROGRAM
 def test_wav_output(step, tmp_path):
     result = phaseconv("stream", step, "--frames", 3, "-o", tmp_path / "out.wav")
     assert result.returncode == 0, result.stderr

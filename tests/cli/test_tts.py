@@ -241,16 +241,16 @@ def test_lower_tts_bad_config_and_options(tmp_path):
 def test_summary_names_the_frame_methods_once_when_they_lower_alike():
     from types import SimpleNamespace
 
-    from phaseconv.cli import _numbered_methods
+    from phaseconv.cli.output import numbered_methods
 
     def summary(partitions):
         return SimpleNamespace(partitions=partitions, layout_transposes=0)
 
     alike = {"decode": summary(1), "generate_0": summary(1), "generate_1": summary(1), "reset_decoder": summary(0)}
-    assert [names for names, _ in _numbered_methods(alike)] == [
+    assert [names for names, _ in numbered_methods(alike)] == [
         ["decode"],
         ["generate_0", "generate_1"],
         ["reset_decoder"],
     ]
     unlike = {"generate_0": summary(1), "generate_1": summary(2)}
-    assert [names for names, _ in _numbered_methods(unlike)] == [["generate_0"], ["generate_1"]]
+    assert [names for names, _ in numbered_methods(unlike)] == [["generate_0"], ["generate_1"]]

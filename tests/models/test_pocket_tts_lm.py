@@ -17,13 +17,12 @@ from phaseconv.models.pocket_tts.language_model import (
     quantize_linears,
     with_cache,
 )
+from phaseconv.tts.model import build_tts, random_model
 from phaseconv.tts.program import (
     RESETS,
     EmbedText,
     EncodeVoice,
-    build_tts,
     generate_blocks,
-    random_model,
     tts_programs,
     written_buffers,
 )

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from phaseconv.models.pocket_tts import hub
-from phaseconv.tts.program import Model, build_tts, lower_tts
+from phaseconv.tts.model import Model, build_tts
+from phaseconv.tts.program import lower_tts
 from phaseconv.tts.stand_ins import stand_in_tokenizer, stand_in_voice
 from phaseconv.tts.voices import state_of
 from tests.cli.test_cli import ROOT, phaseconv
@@ -40,7 +41,7 @@ def pocket_tts_text(tokenizer_path, config, text):
     from pocket_tts.default_parameters import MAX_TOKEN_PER_CHUNK
     from pocket_tts.models.text_chunking import prepare_text_prompt, split_into_best_sentences
 
-    from phaseconv.tts.program import load_tokenizer
+    from phaseconv.tts.model import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_path, 4000)
     options = [getattr(config, name) for name in OPTIONS]
@@ -132,12 +133,14 @@ def test_audio_equals_the_python_runners_at_temperature_0(built, program, voice)
 
 @pytest.mark.slow
 def test_the_same_seed_gives_the_same_audio_and_another_seed_other_audio(built, program):
+    """The same within float rounding: which frames the decoder takes at once depends on timing."""
     outputs = []
     for seed in (5, 5, 6):
         result = cpp(program / "tts.pte", "Noise, drawn again.", "--seed", seed, "--stream")
         assert result.returncode == 0, result.stderr
-        outputs.append(result.stdout)
-    assert outputs[0] == outputs[1] and outputs[0] != outputs[2]
+        outputs.append(np.frombuffer(result.stdout, dtype="<i2").astype(np.int32))
+    assert outputs[0].shape == outputs[1].shape and np.abs(outputs[0] - outputs[1]).max() <= 1
+    assert outputs[0].shape != outputs[2].shape or np.abs(outputs[0] - outputs[2]).max() > 1
 
 
 @pytest.mark.slow

@@ -8,8 +8,11 @@ import pytest
 import torch
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.tts.program import build_tts, lower_tts, random_model, tts_programs
-from phaseconv.tts.runner import DecoderProcess, Speaker, SpeechProgram, SpeechReport
+from phaseconv.tts.decoding import DecoderProcess
+from phaseconv.tts.model import build_tts, random_model
+from phaseconv.tts.program import lower_tts, tts_programs
+from phaseconv.tts.runner import Speaker, SpeechReport
+from phaseconv.tts.speech_program import SpeechProgram
 from phaseconv.tts.stand_ins import stand_in_tokenizer, stand_in_voice
 from phaseconv.tts.voices import AudioVoice, read_state, write_state
 

@@ -79,7 +79,12 @@ class ProgramEditor:
         self._created: dict[str, Node] = {}
         self._touched: set[Node] = set()
         self._sizes: dict[tuple, Node] = {}
+        self._memos: dict[str, dict] = {}
         self._fake_mode = detect_fake_mode([n.meta["val"] for n in self.graph.nodes if "val" in n.meta])
+
+    def memo(self, name: str) -> dict:
+        """A dictionary kept for this editor (one stage of one rewrite): what rules' plans share, made once."""
+        return self._memos.setdefault(name, {})
 
     # ---- constants -------------------------------------------------------------------------
     def kind(self, node: Node) -> InputKind | None:
@@ -245,7 +250,7 @@ class ProgramEditor:
 
     def _add_placeholder(self, name: str, kind: InputKind, data: torch.Tensor, persistent: bool | None = None) -> Node:
         """A constant placeholder before the user inputs, registered in the signature and state."""
-        from executorch.backends.transforms.utils import create_constant_placeholder  # 5 s to import: when used
+        from executorch.backends.transforms.utils import create_constant_placeholder  # slow to import: when used
 
         with self.graph.inserting_before(self._first_user_input()):
             node = create_constant_placeholder(self.program, self.graph, name, kind, data, persistent)
@@ -439,3 +444,8 @@ def functional(program: ExportedProgram) -> ExportedProgram:
     if not any(is_in_place(node) for node in program.graph.nodes):
         return program
     return program.run_decompositions({})
+
+
+def weighted_operands(node: Node) -> tuple[Node, Node, Node | None]:
+    """A convolution's or linear layer's (input, weight, bias or None)."""
+    return node.args[0], node.args[1], node.args[2] if len(node.args) > 2 else None

@@ -85,7 +85,7 @@ def requantizer(editor: ProgramEditor, anchor: Node, params: Params | None) -> C
 CHOOSE_QPARAMS = torch.ops.quantized_decomposed.choose_qparams.tensor
 # ExecuTorch 1.5.1's XNNPACK lowering breaks a dynamically quantized convolution whose output is
 # reshaped on its way to another one (conv2d -> view -> conv2d fails at run time; with an interleave
-# between them the output was noise, -0.7 dB): the rules that emit views leave such graphs alone.
+# between them the output is noise): the rules that emit views leave such graphs alone.
 DYNAMIC_INT8_REASON = (
     "dynamically quantized graph: ExecuTorch 1.5.1's XNNPACK lowering breaks a dynamic int8 convolution "
     "whose output is reshaped (the interleave's views), measured as noise or a run-time failure"

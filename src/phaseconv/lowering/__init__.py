@@ -69,7 +69,7 @@ def lower(
 
     weight_cache=False lowers for a loader without XNNPACK's weight cache: a weight that several
     linears read (an unrolled LSTM's recurrent weight) reaches them at run time, packed at each call,
-    instead of one packed copy per operator kept from load on (EnCodec's decoder: 600 MiB).
+    instead of one packed copy per operator kept from load on.
 
     A dict {method name: program} gives one program of several methods that share the buffers they
     name alike (a state one method writes and another reads), with `constant_methods` beside them;

@@ -230,8 +230,8 @@ class InitialValueOnce(ExportPass):
     """Gives each written buffer (by placeholder name) its initial value in the first method that has
     it (to_xnnpack gives the methods in the emitter's order), as InitializedMutableBufferPass does in
     every one. The runtime copies the value in when that method is loaded; the methods that share the
-    buffer share its memory, so the file need hold it once (a 12.6 MB KV cache read by eight methods
-    of a text-to-speech program was 100 MB of one file). The same pass object sees the methods in
+    buffer share its memory, so the file need hold it once (not once per method that reads a KV cache).
+    The same pass object sees the methods in
     turn. A buffer of no elements is never marked: it has no value, and its bytes (none) are an empty
     constant's to ExecuTorch's emitter (see _own_initial_values; english_2026-09's int8 decoder: its
     reset method, the first to hold the empty states, failed to load with "offset index out of
@@ -254,7 +254,7 @@ class StateWritesPlannedInPlace(MemoryPlanningPass):
     An in-place write into a buffer (a `copy_` of its write-back, or an `index_put_` the reinplace
     pass made) returns the buffer, and the planner gives the write's result the buffer's place; but
     the output node keeps the result's spec from before, so the method's arena got a second copy of
-    every buffer it writes, never used (executorch 1.5.1: a KV cache of 12 MiB in the arena of each
+    every buffer it writes, never used (executorch 1.5.1: a second KV cache in the arena of each
     method that writes all of it). Here the output's spec of such a write is the buffer's."""
 
     def run(self, graph_module, graph_signature=None):

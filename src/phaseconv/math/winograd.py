@@ -21,12 +21,19 @@ k = 11: 15 instead of 22.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
 import torch
 
+# XNNPACK's depthwise kernels read 3, 4, 9 or 25 taps in one pass: a 1-D transform reads the padded
+# input whole with up to 4 taps from its tile's start (zeros included: no slice of the input, which
+# an NCHW input would pay a transpose for, each); a 2-D point (9 or 16 taps, mostly zeros) reads
+# only its nonzero taps (2 per axis, or 1) from a slice of the padded input (3 slices for 3x3),
+# several times faster than a dense 4x4 of mostly zeros.
+DENSE_TAPS = 4
 OUTPUTS = 2  # m: outputs per tile
 CHUNK = 3  # taps per chunk of a longer kernel: the most F(2, r) takes with the points 0, 1, -1, infinity
 
@@ -173,3 +180,63 @@ def correlate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     pairs = [sum(a_t[i, p] * products[p] for p in range(a_t.shape[1]) if a_t[i, p] != 0) for i in range(OUTPUTS)]
     y = torch.stack(pairs, dim=-1).reshape(x.shape[0], weight.shape[0], 2 * tiles)[..., :outputs]
     return y if bias is None else y + bias[:, None]
+
+
+def points(forms: list[AxisForm]) -> list[tuple[int, ...]]:
+    """Every point: one of each axis's points."""
+    return list(itertools.product(*[range(len(f.members)) for f in forms]))
+
+
+def members(forms: list[AxisForm], e: tuple[int, ...]) -> list[tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
+    """Point e's members: per axis one (B row, G row) of that axis's point e_axis, every combination."""
+    return list(itertools.product(*[f.members[i] for f, i in zip(forms, e)]))
+
+
+def member_reads(forms: list[AxisForm], steps: list[int]) -> dict[tuple[int, ...], list[tuple[tuple, tuple]]]:
+    """Per point, each member's (transform key, shift): the key is per axis (the taps it reads,
+    their spacing, the first one's offset within a tile) and the shift is in whole tiles, from
+    the tile of its row's first nonzero. A 1-D kernel's transform reads DENSE_TAPS samples from
+    that tile's start, zeros included; a 2-D one only the nonzeros."""
+    sparse = sum(f.window > 1 for f in forms) > 1
+    reads = {}
+    for e in points(forms):
+        reads[e] = []
+        for member in members(forms, e):
+            key, shift = [], []
+            for (b, _), step in zip(member, steps):
+                if sparse:
+                    taps, offset, spacing = row_support(b)
+                    assert offset < step, b  # 2-D kernels have at most 3 taps per axis (checked)
+                    key.append((tuple(taps.tolist()), spacing, offset))
+                    shift.append(0)
+                    continue
+                start = step * (int(torch.nonzero(b)[0]) // step)
+                assert not b[start + DENSE_TAPS :].any(), b  # a chunk's row spans at most 3 samples
+                key.append((tuple(b[start : start + DENSE_TAPS].tolist()), 1, 0))
+                shift.append(start // step)
+            reads[e].append((tuple(key), tuple(shift)))
+    return reads
+
+
+def outer(vectors: list[torch.Tensor]) -> torch.Tensor:
+    """The outer product of 1-D tensors: the separable depthwise kernel of one point."""
+    result = vectors[0]
+    for vector in vectors[1:]:
+        result = result.unsqueeze(-1) * vector
+    return result
+
+
+def point_weight(members: list[tuple[tuple[torch.Tensor, torch.Tensor], ...]]):
+    """W[o, c, k...] -> the members' U_m[o, c, 1...] = sum_k g_1[k_1] ... g_D[k_D] W[o, c, k] (g_a:
+    member m's G row on axis a) stacked on input channels, in the order its inputs are; float64."""
+
+    def compute(weight: torch.Tensor) -> torch.Tensor:
+        parts = []
+        for member in members:
+            combined = weight.double()
+            for axis, (_, g) in enumerate(member):
+                combined = torch.tensordot(combined, g, dims=([2 + axis], [0])).unsqueeze(-1).movedim(-1, 2 + axis)
+            parts.append(combined)
+        return torch.cat(parts, 1).to(weight.dtype)
+
+    return compute

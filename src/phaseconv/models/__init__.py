@@ -72,3 +72,38 @@ FAMILIES: dict[str, tuple[dict[str, BuiltIn], str]] = {
     "diffusers": (DIFFUSERS_MODELS, "diffusers"),
     "vocos": (VOCOS_MODELS, "vocos"),
 }
+
+
+def catalogue() -> list[tuple[str, str]]:
+    """The built-in models as (the name MODEL takes, what it is)."""
+    from phaseconv.errors import PhaseconvError
+
+    rows = [
+        (f"demo:{name}", " ".join((factory.__doc__ or "").split("\n\n")[0].split()))
+        for name, factory in DEMO_MODELS.items()
+    ]
+    for family, (built_ins, package) in FAMILIES.items():
+        for name, model in built_ins.items():
+            arguments = "&".join(f"{key}=<{kind.__name__}>" for key, kind in (model.arguments or {}).items())
+            rows.append(
+                (f"{family}:{name}" + (f"[?{arguments}]" if arguments else ""), f"{model.description} ({package})")
+            )
+    try:
+        from phaseconv.models.pocket_tts import DEFAULT_CONFIG, config_names
+
+        configs = ", ".join(config_names())
+        rows.append(
+            (
+                f"pocket-tts:CONFIG (default {DEFAULT_CONFIG})",
+                f"pocket-tts's Mimi decoder as a streaming step; CONFIG: {configs}",
+            )
+        )
+        rows.append(
+            (
+                f"pocket-tts-tts:CONFIG (default {DEFAULT_CONFIG})",
+                "pocket-tts's whole text-to-speech model as one program (lower only; speak it with phaseconv tts)",
+            )
+        )
+    except PhaseconvError as missing:
+        rows.append(("pocket-tts:CONFIG", str(missing)))
+    return rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,6 +26,8 @@ class ModelSource:
     program: ExportedProgram
     inputs: tuple[torch.Tensor, ...]
     prepared: bool = False  # the module was exported after phaseconv.prepare
+    module: torch.nn.Module | None = None  # what was exported, where the source was a module
+    keep_float_in_int8: list[str] = field(default_factory=list)  # the submodules --quantize int8 keeps fp32
 
 
 def load_model(
@@ -48,7 +50,8 @@ def load_model(
     if spec.startswith("pocket-tts:"):
         from phaseconv.models.pocket_tts import DEFAULT_CONFIG, hub, mimi_step
 
-        config = spec.removeprefix("pocket-tts:") or DEFAULT_CONFIG
+        config, _, query = spec.removeprefix("pocket-tts:").partition("?")
+        config, frames = config or DEFAULT_CONFIG, _frames(spec, query)
         hub.config_path(config)
         if weights is None and not random_weights:
             try:
@@ -60,7 +63,9 @@ def load_model(
                 if say is None:
                     raise
                 say(f"{spec}: random weights (the config's are out of reach; `lower` takes --weights FILE)")
-        return _from_factory(spec, lambda: mimi_step(config, weights), prepare)
+        source = _from_factory(spec, lambda: mimi_step(config, weights, frames), prepare)
+        source.keep_float_in_int8 = [source.module.output_block()]  # where int8 costs the step most SNR
+        return source
     from phaseconv.models import DEMO_MODELS, FAMILIES
 
     if spec.startswith("demo:"):
@@ -87,6 +92,16 @@ def load_model(
         f"no such file: {spec} (nor a module.path:factory, demo:NAME, hf:NAME, diffusers:NAME, vocos:NAME or "
         "pocket-tts:CONFIG; `phaseconv models` lists the built-in names)"
     )
+
+
+def _frames(spec: str, query: str) -> int:
+    """pocket-tts:CONFIG?frames=N: the step over N frames a call (default 1)."""
+    key, _, value = query.partition("=")
+    if not query:
+        return 1
+    if key != "frames" or not value.isdigit() or int(value) < 1:
+        raise PhaseconvError(f"{spec}: pocket-tts:CONFIG takes ?frames=N, the frames a call (N at least 1)")
+    return int(value)
 
 
 def _family_factory(spec: str):
@@ -152,7 +167,7 @@ def _from_factory(spec: str, factory, prepare: bool = True) -> ModelSource:
             program = torch.export.export(module.eval(), inputs, dynamic_shapes=dynamic_shapes)
     except Exception as error:
         raise PhaseconvError(f"torch.export failed on {spec}: {known_cause(error, prepared=prepare)}") from None
-    return ModelSource(spec, program, inputs, prepared=prepare)
+    return ModelSource(spec, program, inputs, prepared=prepare, module=module)
 
 
 def example_inputs(program: ExportedProgram) -> tuple[torch.Tensor, ...]:

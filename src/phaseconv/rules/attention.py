@@ -24,7 +24,7 @@ from torch.fx import Node
 
 from phaseconv.graph.prefix import PrefixConstant, prefix_constant, read_prefix
 from phaseconv.graph.program import NotConstant, ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 SIGNATURE = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -51,7 +51,7 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
 
 
-class AttentionRule:
+class AttentionRule(Rule):
     """aten.scaled_dot_product_attention -> view, bmm, mul, add, softmax, bmm, view."""
 
     name = "attention"

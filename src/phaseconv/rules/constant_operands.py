@@ -18,7 +18,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import NotConstant, ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 ELEMENTWISE = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor)
@@ -43,7 +43,7 @@ def _low_rank_operand(node: Node) -> int | None:
     return None
 
 
-class ConstantOperandRule:
+class ConstantOperandRule(Rule):
     name = "constant_operands"
 
     def matches(self, node: Node) -> bool:

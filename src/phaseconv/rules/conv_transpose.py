@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 from dataclasses import dataclass
 
 import torch
 from torch.fx import Node
 
+from phaseconv.graph.conv_transpose import (
+    CONV_TRANSPOSE_OPS,
+    ConvTranspose,
+    end_trims,
+    fusable_activation,
+    parse_conv_transpose,
+    trimming_slices,
+)
 from phaseconv.graph.interleave import interleave
+from phaseconv.graph.padding import read_samples
 from phaseconv.graph.program import NotConstant, ProgramEditor, size_range
 from phaseconv.graph.quantized import (
     DEQUANTIZE,
@@ -36,7 +44,6 @@ from phaseconv.math.polyphase import (
     PhaseWindow,
     aligned_phases,
     mac_overhead,
-    output_length,
     phase_bias,
     phase_channel_values,
     phase_reads,
@@ -45,84 +52,20 @@ from phaseconv.math.polyphase import (
     phase_window,
     phase_window_any_length,
 )
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
-CONV_TRANSPOSE_OPS = {
-    aten.conv_transpose1d.default: 1,
-    aten.conv_transpose2d.input: 2,
-    aten.conv_transpose3d.input: 3,
-}
-# The polyphase convolution's multiply-adds over the deconvolution's, past which XNNPACK's own
-# deconvolution is faster (benchmarks/run.py, 1 thread): zero taps (kernel not a multiple of the
-# stride, dilation) and phase blocks that read only padding (a few input steps). Measured: 1.33 to
-# 1.44 gained 1.1-1.5x, 1.5 to 4 lost up to 20%.
+# The polyphase convolution's multiply-adds over the deconvolution's (zero taps where the kernel is
+# not a multiple of the stride; phase blocks that read only padding), past which XNNPACK's own
+# deconvolution wins (benchmarks/variants.py).
 MAX_MAC_OVERHEAD = 1.45
-# XNNPACK runs a depthwise deconvolution one group at a time, 7-13x slower than the per-phase depthwise
-# convs; even at 3x the multiply-adds (Mimi's frame upsampler on one frame, untrimmed) the rewrite
-# measured 3.3x faster.
+# XNNPACK runs a depthwise deconvolution one group at a time, so per-phase depthwise convolutions win
+# even at several times its multiply-adds (Mimi's frame upsampler on one frame, untrimmed).
 MAX_DEPTHWISE_MAC_OVERHEAD = 3.0
-# An int8 interleave of 2-D (3-D) phases is a byte-granular transpose on XNNPACK (0.5 ms for 64 ch at
-# 64x64 here), while its int8 deconvolution is already a sub-convolution: the rewrite pays only when
-# each output takes many multiply-adds, C_in/g * taps. benchmarks/quantized.py, 1 thread, k4 s2:
-# 128 -> 0.93x, 256 -> 0.90x, 512 -> 0.98x, 1024 -> 1.31x stock int8.
+# An int8 interleave of 2-D (3-D) phases is a byte-granular transpose on XNNPACK, while its int8
+# deconvolution is already a sub-convolution: the rewrite pays only when each output takes many
+# multiply-adds, C_in/g * taps (benchmarks/quantized.py).
 MIN_INT8_SPATIAL_DEPTH = 1024
-
-
-@dataclass(frozen=True)
-class ConvTranspose:
-    """The arguments of a transposed convolution node, one entry per spatial dimension."""
-
-    input: Node
-    weight: Node
-    bias: Node | None
-    stride: list[int]
-    padding: list[int]
-    output_padding: list[int]
-    groups: int
-    dilation: list[int]
-
-    @property
-    def spatial(self) -> int:
-        return len(self.stride)
-
-
-def parse_conv_transpose(node: Node) -> ConvTranspose | None:
-    """Read a node as a transposed convolution, or None if it is not one."""
-    if node.op != "call_function":
-        return None
-    if node.target in CONV_TRANSPOSE_OPS:
-        spatial = CONV_TRANSPOSE_OPS[node.target]
-        names = ["input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"]
-        defaults = [None, None, None, [1], [0], [0], 1, [1]]
-    elif node.target == aten.convolution.default and _arg(node, 6, "transposed", False):
-        spatial = node.args[1].meta["val"].dim() - 2
-        names = ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"]
-        defaults = [None] * 9
-    else:
-        return None
-    values = {name: _arg(node, i, name, default) for i, (name, default) in enumerate(zip(names, defaults))}
-
-    def per_dim(value: int | list[int]) -> list[int]:
-        value = [value] if isinstance(value, int) else list(value)
-        return value * spatial if len(value) == 1 else value
-
-    return ConvTranspose(
-        input=values["input"],
-        weight=values["weight"],
-        bias=values["bias"],
-        stride=per_dim(values["stride"]),
-        padding=per_dim(values["padding"]),
-        output_padding=per_dim(values["output_padding"]),
-        groups=values["groups"],
-        dilation=per_dim(values["dilation"]),
-    )
-
-
-def _arg(node: Node, index: int, name: str, default):
-    if index < len(node.args):
-        return node.args[index]
-    return node.kwargs.get(name, default)
 
 
 @dataclass(frozen=True)
@@ -157,7 +100,7 @@ class PolyphasePlan:
         return self.conv.groups > 1 and self.conv.weight.meta["val"].shape[0] == self.conv.groups
 
 
-class ConvTransposeRule:
+class ConvTransposeRule(Rule):
     """Transposed convolution -> polyphase convolution(s) + interleave + crop."""
 
     name = "conv_transpose"
@@ -177,9 +120,8 @@ class ConvTransposeRule:
         give each phase conv the input samples it reads (a zero pad XNNPACK folds into the conv, but
         which a PT2E quantizer leaves in fp32) instead of cropping after the interleave.
         `commute_activations`: move a clamp-type activation in front of the interleave, where XNNPACK
-        fuses it into the conv; off by default, since benchmarks/variants.py measures no gain from it
-        (within +-4% run to run). `spatial_dims`: the layer ranks to rewrite (ONNX Runtime gains from
-        1-D layers only)."""
+        fuses it into the conv; off by default, since benchmarks/variants.py measures no gain from it.
+        `spatial_dims`: the layer ranks to rewrite (ONNX Runtime gains from 1-D layers only)."""
         self.spatial_dims = spatial_dims
         self.max_mac_overhead = max_mac_overhead
         self.commute_activations = commute_activations
@@ -243,13 +185,13 @@ class ConvTransposeRule:
                 return planned
             folded, windows, aligned = planned
         else:
-            folded, bounds = _trimming_slices(node, conv, lengths, kernel)
+            folded, bounds = trimming_slices(node, conv, lengths, kernel)
             settings = zip(conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding)
             windows = [phase_window(n, *s, start, stop) for n, s, (start, stop) in zip(lengths, settings, bounds)]
         overhead = mac_overhead(windows, kernel)
         out_channels = conv.weight.meta["val"].shape[1] * conv.groups
         end = folded[-1] if folded else node
-        activation = _fusable_activation(end) if not dynamic else None
+        activation = fusable_activation(end) if not dynamic else None
         # In an int8 graph the activation goes in front of the interleave with the quantize after it.
         if activation is not None and not (self.commute_activations or quantized_output_params(activation)):
             activation = None
@@ -297,7 +239,7 @@ class ConvTransposeRule:
                 return Skip(f"length {n} from {known[0]}: too short for kernel {kernel} at the shortest")
             windows.append(window)
             if conv.spatial == 1:
-                folded, trims = _end_trims(node)
+                folded, trims = end_trims(node)
                 aligned = aligned_phases(known[0], *settings, *trims)
         if conv.spatial == 1 and aligned is None:
             return Skip(
@@ -427,7 +369,7 @@ class ConvTransposeRule:
         for j, per_dim in enumerate(itertools.product(*reads)):
             samples = tuple((r.start, r.stop) for r in per_dim)
             if samples not in sources:
-                sources[samples] = _read_samples(editor, anchor, node.args[0], samples)
+                sources[samples] = read_samples(editor, anchor, node.args[0], samples)
             source, padding = sources[samples]
             phase = _row_major([r.phase for r in per_dim], conv.stride)
             weight = editor.derived_constant(
@@ -521,23 +463,6 @@ def _row_major(index: list[int], sizes: list[int]) -> int:
     return flat
 
 
-def _read_samples(editor: ProgramEditor, anchor: Node, x: Node, samples: tuple) -> tuple[Node, list[int]]:
-    """x restricted to samples [start, stop) per spatial dimension, zeros outside the input: the
-    slices, the padding beyond what both sides share, and that shared padding for the convolution."""
-    lengths = x.meta["val"].shape[2:]
-    for dim, ((start, stop), length) in enumerate(zip(samples, lengths), start=2):
-        if start > 0 or stop < length:
-            x = editor.emit(anchor, aten.slice.Tensor, x, dim, max(start, 0), min(stop, length))
-    zeros = [(max(0, -start), max(0, stop - length)) for (start, stop), length in zip(samples, lengths)]
-    shared = [min(before, after) for before, after in zeros]
-    extra = [
-        pad for (before, after), both in zip(reversed(zeros), reversed(shared)) for pad in (before - both, after - both)
-    ]
-    if any(extra):
-        x = editor.emit(anchor, aten.constant_pad_nd.default, x, extra, 0.0)
-    return x, shared
-
-
 def _convolution(
     editor: ProgramEditor, anchor: Node, deconv: Node, x: Node, weight: Node, bias: Node | None, padding, groups: int
 ) -> Node:
@@ -553,75 +478,3 @@ def _convolution(
 
 def _quantization_args(weight: QuantizedWeight) -> tuple:
     return (weight.scale, weight.zero_point, weight.quant_min, weight.quant_max, weight.dtype)
-
-
-# Activations XNNPACK fuses into the convolution that produces their input (FuseActivationPass).
-FUSABLE_ACTIVATIONS = (aten.relu.default, aten.hardtanh.default, aten.clamp.default)
-
-
-def _fusable_activation(output: Node) -> Node | None:
-    """The only user of the deconvolution's output, if it is an activation XNNPACK fuses into a conv."""
-    if len(output.users) != 1:
-        return None
-    (user,) = output.users
-    if user.op == "call_function" and user.target in FUSABLE_ACTIVATIONS and user.args[0] is output:
-        return user
-    return None
-
-
-def _end_trims(node: Node) -> tuple[list[Node], tuple[int, int]]:
-    """Slices of a 1-D output of dynamic length that are its only user, in chain order, with a
-    static start and an end counted back from the end (`y[..., a:-b]`, or an end computed as the
-    length minus b): those slices, (a, b)."""
-    folded, start, end = [], 0, 0
-    current = node
-    while len(current.users) == 1:
-        (user,) = current.users
-        if user.op != "call_function" or user.target != aten.slice.Tensor or _arg(user, 1, "dim", 0) % 3 != 2:
-            break
-        first, last, step = _arg(user, 2, "start", None), _arg(user, 3, "end", None), _arg(user, 4, "step", 1)
-        first = 0 if first is None else first
-        last = sys.maxsize if last is None else last
-        if isinstance(last, Node):  # an end computed at run time: a trim when it is the length minus b
-            removed = current.meta["val"].shape[2] - user.meta["val"].shape[2] - first
-            last = -int(removed) if isinstance(removed, int) or removed.node.expr.is_number else sys.maxsize
-            if last == sys.maxsize or last > 0:
-                break
-        if step != 1 or not (isinstance(first, int) and isinstance(last, int)) or first < 0:
-            break
-        if 0 <= last < sys.maxsize:  # an end counted from the start: needs the length
-            break
-        start += first
-        end += 0 if last == sys.maxsize else -last
-        folded.append(user)
-        current = user
-    return folded, (start, end)
-
-
-def _trimming_slices(node: Node, conv: ConvTranspose, lengths: list[int], kernel: list[int]):
-    """Slices (step 1, on a spatial dimension) that are the only user of the deconvolution, in
-    chain order, and the output window [start, stop) per dimension that they leave."""
-    full = [
-        output_length(n, s, p, d, k, op)
-        for n, s, p, d, k, op in zip(lengths, conv.stride, conv.padding, conv.dilation, kernel, conv.output_padding)
-    ]
-    bounds = [(0, n) for n in full]
-    folded: list[Node] = []
-    current = node
-    rank = conv.spatial + 2
-    while len(current.users) == 1:
-        (user,) = current.users
-        if user.op != "call_function" or user.target != aten.slice.Tensor:
-            break
-        dim = _arg(user, 1, "dim", 0) % rank
-        start, end, step = _arg(user, 2, "start", None), _arg(user, 3, "end", None), _arg(user, 4, "step", 1)
-        if dim < 2 or step != 1 or not all(isinstance(v, (int, type(None))) for v in (start, end)):
-            break
-        lo, hi = bounds[dim - 2]
-        new_lo, new_hi, _ = slice(start, end).indices(hi - lo)
-        if new_hi <= new_lo:
-            break
-        bounds[dim - 2] = (lo + new_lo, lo + new_hi)
-        folded.append(user)
-        current = user
-    return folded, bounds

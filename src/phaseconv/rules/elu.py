@@ -4,7 +4,7 @@ For x > 0 the second term is alpha * (exp(0) - 1) = 0 exactly; for x <= 0 the fi
 
 XNNPACK has an ELU of its own, and ExecuTorch 1.5.1 ships its partitioner config (EluConfig) but
 leaves it out of the default list. `phaseconv.lower` adds it (fp32 and int8), which runs one pass
-instead of five (benchmarks/variants.py: the Mimi-like demo decoder 15.7 ms against 18.8): there the
+instead of five (benchmarks/variants.py on the Mimi-like demo decoder): there the
 rule is built with `xnnpack_elu=True` and leaves fp32 ELU to XNNPACK. For a program lowered with the
 stock partitioner, the default rule decomposes it.
 """
@@ -17,7 +17,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 
@@ -28,7 +28,7 @@ class EluPlan:
     alpha: float
 
 
-class EluRule:
+class EluRule(Rule):
     """aten.elu -> relu, clamp, exp, mul, sub, add."""
 
     name = "elu"

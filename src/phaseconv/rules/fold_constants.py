@@ -31,7 +31,7 @@ from phaseconv.graph.program import (
     is_in_place,
     written_in_place,
 )
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 # Reading a constant through these computes nothing: the backend handles them, nothing to fold.
@@ -93,7 +93,7 @@ def constant_nodes(editor: ProgramEditor) -> set[Node]:
     return constant
 
 
-class FoldConstantsRule:
+class FoldConstantsRule(Rule):
     """Maximal parameter- and shape-only computations -> lifted constants."""
 
     name = "fold_constants"
@@ -111,9 +111,6 @@ class FoldConstantsRule:
             if _computes_something(node, constant):
                 found.append(node)
         return found
-
-    def matches(self, node: Node) -> bool:
-        return False  # found by `candidates`, which needs the program's signature
 
     def check(self, node: Node, editor: ProgramEditor) -> FoldPlan | Skip:
         prefix = None

@@ -21,7 +21,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.layer_norm import normalized_output
 from phaseconv.rules.mean import last_dim_mean
 
@@ -47,7 +47,7 @@ def _arguments(node: Node) -> tuple[int, Node | None, Node | None, float]:
     return groups, weight, bias, float(eps)
 
 
-class GroupNormRule:
+class GroupNormRule(Rule):
     """`averages_as_linear`: the averages over a last dimension (the groups', a 1-D norm's over time)
     as a fully connected layer of weight 1/n, which XNNPACK runs (its mean averages only the inner
     dimensions of 4-D tensors); False: as `mean` (LiteRT: litert-torch converts no linear over

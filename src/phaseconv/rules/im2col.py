@@ -9,11 +9,12 @@ With the input zero-padded, a convolution is a matrix product over (taps x input
 the sum changes (float rounding). XNNPACK runs a 1x1 convolution as a GEMM and a larger kernel as an
 IGEMM, and in the pip build of ExecuTorch 1.5.1 on x86-64 without AVX-512 its f32 IGEMM kernel
 (FMA3, 5x16) keeps one accumulator on the stack inside its inner loop (`perf`: the hot loop loads,
-multiplies into and stores it every step): 14-17 GMAC/s against 34-41 for the same multiply-adds as
-a GEMM on this machine. The windows cost two copies (the slices and the cat), which the GEMM wins
-back from 64 channels up (`python benchmarks/variants.py --only im2col`). On a CPU whose IGEMM runs
-at GEMM speed (AVX-512, ARM) the copies are a loss: the rule is for lowering on and for such a CPU
-(`phaseconv.lower(ep, target="host")`), not part of the default rules.
+multiplies into and stores it every step): well under half the rate of the same multiply-adds as a
+GEMM on such a CPU (`python benchmarks/operators.py`). The windows cost two copies (the slices and
+the cat), which the GEMM wins back from 64 channels up (`python benchmarks/variants.py --only
+im2col`). On a CPU whose IGEMM runs at GEMM speed (AVX-512, ARM) the copies are a loss: the rule is
+for lowering on and for such a CPU (`phaseconv.lower(ep, target="host")`), not part of the default
+rules.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.padding import pad_spatial
-from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.graph.program import ProgramEditor, weighted_operands
+from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.lift_1d import lift_convolution
 
 aten = torch.ops.aten
@@ -57,7 +58,7 @@ def window_weight(weight: torch.Tensor) -> torch.Tensor:
     return flat.reshape(out_channels, -1, *[1] * len(taps))
 
 
-class Im2colRule:
+class Im2colRule(Rule):
     """Stride-1 convolutions -> shifted windows, concatenated, and one 1x1 convolution."""
 
     name = "im2col"
@@ -111,8 +112,7 @@ class Im2colRule:
             plan = self.check(lift_convolution(editor, plan.node), editor)
             assert isinstance(plan, Im2colPlan), plan  # the conditions checked do not change
         node = plan.node
-        x, weight = node.args[0], node.args[1]
-        bias = node.args[2] if len(node.args) > 2 else None
+        x, weight, bias = weighted_operands(node)
         padded = pad_spatial(editor, node, x, [(p, p) for p in plan.padding])
         windows = []
         for offsets in _tap_offsets(plan.kernel, plan.dilation):

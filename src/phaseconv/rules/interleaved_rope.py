@@ -7,9 +7,9 @@ Kyutai's RoPE (pocket-tts's flow language model and Mimi's transformer) rotates 
     y = stack([a * cos - b * sin, a * sin + b * cos], -1).view(..., 2n)
 
 which XNNPACK runs as two slices of the innermost pairs and their views, four products, a
-difference, a sum and a stack (a cat of two views), twice per attention layer: pocket-tts's decoder
-step ran 2.75 ms per frame that way, 2.44 in the form below (english_18m; english_2026-09 4.88 ->
-4.66; `python benchmarks/variants.py --only "(interleaved_rope)"`). The same values:
+difference, a sum and a stack (a cat of two views), twice per attention layer; the form below is
+faster for pocket-tts's decoder step (`python benchmarks/variants.py --only "(interleaved_rope)"`).
+The same values:
 
     y = x * C + (x @ P) * S,   C[2i] = C[2i + 1] = cos[i],  S likewise,
     (x @ P)[2i] = -x[2i + 1],  (x @ P)[2i + 1] = x[2i]
@@ -22,20 +22,17 @@ b*cos + a*sin = a*sin + b*cos.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.rotate_half import last_dim_slice
 
 aten = torch.ops.aten
 CASTS = (aten.to.dtype, aten._to_copy.default, aten.alias.default)
-# Per editor (one stage of one rewrite): each cos or sin node and its doubling, made once
-DOUBLED: weakref.WeakKeyDictionary[ProgramEditor, dict[Node, Node]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -144,7 +141,7 @@ def rotation_nodes(stack: Node) -> set[Node]:
     return nodes
 
 
-class InterleavedRopeRule:
+class InterleavedRopeRule(Rule):
     """stack([a*cos - b*sin, a*sin + b*cos], -1) of x's pairs a, b -> x * C + linear(x, P) * S."""
 
     name = "interleaved_rope"
@@ -210,7 +207,7 @@ def _doubled(angle: Node, editor: ProgramEditor) -> Node:
     shape = list(angle.meta["val"].shape)
     if shape[-1] == 1:
         return angle
-    made = DOUBLED.setdefault(editor, {})
+    made = editor.memo("interleaved_rope: doubled angles")  # every rotation that reads the angle uses it
     if angle in made:
         return made[angle]
     anchor = angle.next

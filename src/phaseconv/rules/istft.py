@@ -21,7 +21,7 @@ from torch.fx import Node
 
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.math.stft import inverse_dft_weight, padded_window, window_envelope
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 # One part (real or imaginary) of a complex value: a real node, (aten.mul or aten.add, part, part or
@@ -110,7 +110,7 @@ class IstftPlan:
     length: int  # output samples
 
 
-class IstftRule:
+class IstftRule(Rule):
     """aten.istft of a spectrum with parts re, im -> cat([re, im]), conv_transpose1d, crop, division by the envelope."""
 
     name = "istft"

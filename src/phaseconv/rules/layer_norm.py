@@ -15,7 +15,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import NotConstant, ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.mean import last_dim_variance
 
 aten = torch.ops.aten
@@ -47,7 +47,7 @@ def normalized_output(node: Node, editor: ProgramEditor, weight, bias, native, n
     return users[0]
 
 
-class LayerNormRule:
+class LayerNormRule(Rule):
     name = "layer_norm"
 
     def matches(self, node: Node) -> bool:

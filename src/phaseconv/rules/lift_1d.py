@@ -2,10 +2,10 @@
 
 ExecuTorch runs each conv1d as unsqueeze -> conv2d -> squeeze, and every unsqueeze or squeeze is a
 view that XNNPACK computes in NCHW: two layout transposes per convolution, each a full pass over
-the activation (Mimi's decoder, 25 frames: 87 transposes, 18 ms of its 126). Here a connected
+the activation (Mimi's decoder: a large share of its time). Here a connected
 region of conv1d and the elementwise ops and last-axis pads between them is rewritten on 4-D
 tensors, x[n, c, t] -> x4[n, c, t, 0] (time on the height axis, as ExecuTorch's own conv1d pass
-puts it: XNNPACK's convolutions with the kernel along the width ran up to 1.5x slower here):
+puts it: XNNPACK's convolutions with the kernel along the width run slower):
 
     conv1d(x, w, b, s, p, d, g)   -> conv2d(x4, w[..., None], b, (s, 1), (p, 0), (d, 1), g)
     f(x), x + y, pad(x, [l, r])   -> f(x4), x4 + y4, pad(x4, [0, 0, l, r])
@@ -25,7 +25,7 @@ from torch.fx import Node
 
 from phaseconv.graph.padding import PADS, constant_mode, fill_value
 from phaseconv.graph.program import NotConstant, ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 
@@ -124,7 +124,7 @@ def _downstream(graph, through_views: bool = False) -> set[Node]:
     """Eligible ops that are 1-D convs or read one through eligible ops (with `through_views`,
     also through a chain of views and permutes: an interleave). The ops before a region's first
     conv stay 3-D: a pad there would run on an NCHW [N, C, T, 1] tensor, one element per row
-    (Mimi: 42 ms for one pad that takes 1 ms on [N, C, T]), unless the lowering moves the chain
+    (many times the cost of the same pad on [N, C, T]), unless the lowering moves the chain
     on the channels-last buffer (phaseconv.lower's shape chains), so the pad stays channels-last."""
     found, chain_ends = set(), set()
     for node in graph.nodes:
@@ -147,7 +147,7 @@ def _region(seed: Node, lifted: set[Node]) -> list[Node]:
     return list(found)
 
 
-class Lift1dRule:
+class Lift1dRule(Rule):
     """Regions of conv1d and elementwise ops -> conv2d and the same ops on [N, C, T, 1].
 
     through_views: the ops after a view chain of a lifted value (an interleave) are lifted too;
@@ -173,9 +173,6 @@ class Lift1dRule:
                 if len(convolutions) > 1:
                     leaders.append(convolutions[0])
         return leaders
-
-    def matches(self, node: Node) -> bool:
-        return False  # found by `candidates`: one decision per region
 
     def check(self, node: Node, editor: ProgramEditor) -> LiftPlan | Skip:
         order = {n: index for index, n in enumerate(editor.graph.nodes)}

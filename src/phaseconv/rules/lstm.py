@@ -21,7 +21,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import NotConstant, ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 MAX_STEPS = 512  # the unrolled graph grows with the sequence: longer ones are left to the runtime
@@ -36,7 +36,7 @@ class LstmPlan:
     zero_state: tuple[bool, bool]  # are h_0 and c_0 zero constants
 
 
-class LstmRule:
+class LstmRule(Rule):
     name = "lstm"
 
     def matches(self, node: Node) -> bool:

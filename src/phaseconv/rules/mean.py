@@ -13,7 +13,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 
@@ -41,7 +41,7 @@ class MeanPlan:
     keepdim: bool
 
 
-class MeanRule:
+class MeanRule(Rule):
     name = "mean"
 
     def matches(self, node: Node) -> bool:

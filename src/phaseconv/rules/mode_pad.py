@@ -20,7 +20,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 MODES = ("reflect", "replicate", "circular")
@@ -42,7 +42,7 @@ def _mode_and_padding(node: Node) -> tuple[str, list[int]] | None:
     return ("reflect" if node.target in REFLECTION_PADS else "replicate"), list(node.args[1])
 
 
-class ModePadRule:
+class ModePadRule(Rule):
     """`modes`: the padding modes rewritten (export_onnx takes reflect only: measured to pay there)."""
 
     name = "mode_pad"

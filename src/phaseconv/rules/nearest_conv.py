@@ -5,7 +5,7 @@
 with G of k + r - 1 taps per dimension, sums of w's taps (math/polyphase.py nearest_conv_weight).
 `conv_transpose` then computes it, in the next stage, as one stride-1 convolution at the input's
 resolution with ceil((k + r - 1) / r) taps per phase: for the 3x3 convolution after x2 of Stable
-Diffusion's VAE decoder and of U-Net up blocks, 2x2 taps per output instead of 3x3 (2.25x fewer
+Diffusion's VAE decoder and of U-Net up blocks, 2x2 taps per output instead of 3x3 (4/9 of the
 multiply-adds), and the upsampled tensor is never made. A 1x1 convolution commutes with the upsample
 instead: nearest(conv(x)), r^D times fewer multiply-adds.
 """
@@ -20,7 +20,7 @@ from torch.fx import Node
 
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.math.polyphase import mac_overhead, nearest_conv_weight, phase_window
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.conv_transpose import MAX_MAC_OVERHEAD
 from phaseconv.rules.nearest_upsample import UPSAMPLE_NEAREST, NearestUpsampleRule, is_spatial_gather
 
@@ -77,7 +77,7 @@ class NearestConvPlan:
     weight: torch.Tensor | None  # the transposed convolution's; None: a 1x1 convolution moved before the upsample
 
 
-class NearestConvRule:
+class NearestConvRule(Rule):
     """conv(nearest(x, r)) -> conv_transpose(x, G, stride r); a 1x1 conv -> nearest(conv(x))."""
 
     name = "nearest_conv"

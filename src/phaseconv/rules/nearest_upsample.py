@@ -28,7 +28,7 @@ from phaseconv.graph.quantized import (
     quantized_output_params,
     requantizer,
 )
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 UPSAMPLE_NEAREST = {
@@ -109,7 +109,7 @@ def _probe_lengths(editor: ProgramEditor, x) -> list[list[int]]:
     ]
 
 
-class NearestUpsampleRule:
+class NearestUpsampleRule(Rule):
     """aten.upsample_nearest{1,2,3}d with integer factors -> copies, cat, interleave."""
 
     name = "nearest_upsample"

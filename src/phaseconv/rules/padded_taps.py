@@ -2,7 +2,7 @@
 
 A causal decoder run on a short input reads mostly padding: Mimi's first convolution after its
 transformer (k7, 6 zeros padded before) decodes one 80 ms frame as 2 steps, so each output reads at
-most 2 real samples, and taps 0-4 (10.5 of its 14.7 MB of weights) only ever multiply zeros. With
+most 2 real samples, and taps 0-4 (most of its weights) only ever multiply zeros. With
 stride s, dilation d, left padding p and T outputs, tap j reads positions t*s + j*d - p, t < T, of
 the unpadded input of length L: it reads only padding when
 
@@ -22,7 +22,7 @@ from torch.fx import Node
 
 from phaseconv.graph.padding import PADS, constant_mode, fill_value
 from phaseconv.graph.program import NotConstant, ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 
@@ -74,7 +74,7 @@ def _kept_taps(node: Node) -> tuple[Node, tuple[int, int], tuple[int, int]] | No
     return source, (first, last), (before - first * dilation, max(0, last_read - (length - 1)))
 
 
-class PaddedTapsRule:
+class PaddedTapsRule(Rule):
     name = "padded_taps"
     stage = 2  # after the rewrites: it sees the convolutions they emit too
 

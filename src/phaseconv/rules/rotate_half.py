@@ -17,7 +17,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 
@@ -49,7 +49,7 @@ def last_dim_slice(node: Node) -> tuple[Node, int, int] | None:
     return source, start, end
 
 
-class RotateHalfRule:
+class RotateHalfRule(Rule):
     """cat([-x[..., h:], x[..., :h]], -1) -> linear(x, R^T)."""
 
     name = "rotate_half"

@@ -11,28 +11,20 @@ layer (ONNX: a MatMul with a constant weight, and the bias), transposed back. Th
 same; only the order of the sum changes (float rounding).
 
 For ONNX Runtime (`export_onnx`) at up to 4 outputs: ORT's Conv is a GEMM with the weight as its left
-operand and the T output positions as its columns, and takes about as long for 2 outputs as for 16
-(below); its MatMul streams the weight, packed once, past T rows, in time that grows with T.
-A decoder run on one frame has such convolutions: Mimi's first after its transformer (2 steps,
-1024 x 1024 x 2 after `padded_taps`) and its first transposed one as a polyphase convolution (2
-steps, 4096 x 1024 x 2, 33.5 MB). That convolution alone at 1 / 2 / 4 / 8 / 16 outputs, ONNX Runtime
-1.32, Conv / MatMul ms (`python benchmarks/peer_rules.py --outputs --runs 30`, an AMD Zen 5): 1 thread
-1.52 / 1.24, 2.28 / 1.56, 2.27 / 1.76, 2.31 / 2.40, 2.27 / 3.19; 2 threads 1.43 / 1.41, 1.87 / 1.34,
-1.90 / 1.70, 1.83 / 1.82, 2.06 / 2.46: hence at most 4 outputs. XNNPACK runs a convolution with the
-output positions as the GEMM's rows already.
+operand and the T output positions as its columns, and takes about as long for 2 outputs as for 16;
+its MatMul streams the weight, packed once, past T rows, in time that grows with T, so it wins only
+for a few outputs (`python benchmarks/peer_rules.py --outputs` times both). A decoder run on one
+frame has such convolutions: Mimi's first after its transformer (2 steps, 1024 x 1024 x 2 after
+`padded_taps`) and its first transposed one as a polyphase convolution (2 steps, 4096 x 1024 x 2).
+XNNPACK runs a convolution with the output positions as the GEMM's rows already.
 
 For XNNPACK on AVX-512 (`x86-avx512`) at 8 to 128 outputs with a weight larger than the core's L2
-(2 MB here) and windows within 1 MB: XNNPACK's convolution tiles its output positions by 7 and streams
+(a few MB) and windows within 1 MB: XNNPACK's convolution tiles its output positions by 7 and streams
 the whole weight past each tile (rules/transposed_linear.py, which then takes the linear this emits,
-weight first, and re-reads the windows from cache instead). pocket-tts's decoder step, ms per frame
-interleaved, 1 thread, an Intel Xeon: 8.29 as lowered for x86-avx512 before, 7.84 with every
-convolution of 8-128 outputs so, 7.47 with those of 1 MB of weights or more, 7.44 with those of 4 MB or
-more (its 512 x 512 x 7 at 16 steps and 1536 x 512 x 2 at 17; the 128- and 256-channel ones at 96
-steps lost). Vocos's iSTFT (256 x 1026 x 4 at 97 steps: 1.6 MB of windows, re-read per 7 of its 256
-rows) lost, 20.5 -> 21.8 ms, hence the window limit. With both limits, with and without this
-(`python benchmarks/variants.py --only "(short_conv)"`, results/xeon/variants.json): pocket-tts's step
-7.99 -> 7.48 ms, EnCodec 45.9 -> 43.9, DAC 326.5 -> 320.9, Mimi on 25 frames 86.6 -> 85.3; the others
-untouched.
+weight first, and re-reads the windows from cache instead). It pays for pocket-tts's decoder step
+(its 512 x 512 x 7 at 16 steps and 1536 x 512 x 2 at 17; narrow layers at 96 steps lose, hence the
+weight limit) and loses for Vocos's iSTFT, whose windows outgrow the cache when re-read per 7 rows,
+hence the window limit (`python benchmarks/variants.py --only "(short_conv)"`, results/xeon/variants.json).
 """
 
 from __future__ import annotations
@@ -43,12 +35,12 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
-from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.graph.program import ProgramEditor, weighted_operands
+from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.im2col import _settings, window_weight
 
 aten = torch.ops.aten
-MAX_OUTPUTS = 4  # measured above: the MatMul won at 1-4 outputs, tied or lost at 8 and lost at 16
+MAX_OUTPUTS = 4  # ONNX Runtime's MatMul wins up to here (benchmarks/peer_rules.py --outputs)
 
 
 @dataclass(frozen=True)
@@ -65,7 +57,7 @@ def linear_weight(weight: torch.Tensor) -> torch.Tensor:
     return window_weight(weight)[..., 0]
 
 
-class ShortConvRule:
+class ShortConvRule(Rule):
     """conv1d of at most `max_outputs` output steps -> windows, transposed, a linear layer, transposed back."""
 
     name = "short_conv"
@@ -121,8 +113,7 @@ class ShortConvRule:
 
     def apply(self, plan: ShortConvPlan, editor: ProgramEditor) -> None:
         node = plan.node
-        x, weight = node.args[0], node.args[1]
-        bias = node.args[2] if len(node.args) > 2 else None
+        x, weight, bias = weighted_operands(node)
         if plan.padding:
             x = editor.emit(node, aten.constant_pad_nd.default, x, [plan.padding, plan.padding], 0.0)
         windows = [

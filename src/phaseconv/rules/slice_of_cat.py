@@ -19,7 +19,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 
@@ -31,7 +31,7 @@ class SliceOfCatPlan:
     windows: list[tuple[int, int, int, int]]  # (piece index, start, stop, piece length)
 
 
-class SliceOfCatRule:
+class SliceOfCatRule(Rule):
     """slice(cat(pieces), d) along the cat's dimension -> the covered pieces."""
 
     name = "slice_of_cat"

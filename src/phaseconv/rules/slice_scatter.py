@@ -15,7 +15,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 
@@ -29,7 +29,7 @@ class SliceScatterPlan:
     length: int
 
 
-class SliceScatterRule:
+class SliceScatterRule(Rule):
     """aten.slice_scatter -> slice, cat."""
 
     name = "slice_scatter"

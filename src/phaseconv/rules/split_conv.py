@@ -1,20 +1,19 @@
 """A 1-D convolution with weights past the cache -> convolutions of 32 or 64 output channels, concatenated.
 
 XNNPACK's convolution walks its output a tile of rows at a time, and for each tile reads every
-output channel's weights. Once the weights pass the core's L2 cache (2 MB here), every tile
-streams them again from further away: DAC's 384- and 768-channel k7 convolutions ran at 49-61
-GMAC/s against 83-88 for its 192-channel ones. Split by output channel, each part's weights stay
+output channel's weights. Once the weights pass the core's L2 cache (a few MB), every tile
+streams them again from further away (DAC's wide k7 convolutions run well below the rate of its
+narrower ones). Split by output channel, each part's weights stay
 in the cache while the part walks the whole output:
 
     conv(x, W, b) = cat_k conv(x, W[kP:(k+1)P], b[kP:(k+1)P])        along the channel axis
 
 P is 64, or 32 where 64 channels' weights pass 1 MiB. Every output is the same products summed
-in the same order (bit-identical). Where it pays was measured on this machine, the models'
-convolutions one at a time (`python benchmarks/variants.py --only split_conv`, 1 thread): 1-D
-kernels of 3 taps or more with 1.5 MiB of weights or more over 100 output steps or more gained
-1.08-1.35x (a dynamic length counts at its shortest); 2-tap phase convolutions lost 6-13% (the
-cat's copy of a wide output costs more than the re-reads), as did a 1.0 MiB one and one of 31
-steps; the U-Net's 2-D 3x3 gained 1.02x, left out unless `spatial_dims` asks for it.
+in the same order (bit-identical). The limits are where it paid on the models' convolutions one at
+a time (`python benchmarks/variants.py --only split_conv`): 1-D kernels of 3 taps or more, weights of
+1.5 MiB or more, 100 output steps or more (a dynamic length counts at its shortest). 2-tap phase
+convolutions lose (the cat's copy of a wide output costs more than the re-reads); 2-D is left out
+unless `spatial_dims` asks for it.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor, size_range
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 CONVOLUTIONS = (aten.conv1d.default, aten.conv2d.default)
@@ -39,7 +38,7 @@ class SplitPlan:
     bounds: tuple[tuple[int, int], ...]  # output channels [start, stop) of each part
 
 
-class SplitConvRule:
+class SplitConvRule(Rule):
     """1-D convolutions whose weights outgrow the cache -> parts whose weights fit it."""
 
     name = "split_conv"

@@ -23,15 +23,14 @@ from phaseconv.graph.interleave import space_to_depth
 from phaseconv.graph.program import NotConstant, ProgramEditor
 from phaseconv.math.polyphase import strided_as_phases_weight
 from phaseconv.math.stft import forward_dft_weight
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.istft import constant_window
 
 aten = torch.ops.aten
 SIGNATURE = ("input", "n_fft", "hop_length", "win_length", "window", "normalized", "onesided", "return_complex")
 READERS = (aten.abs.default, aten.view_as_real.default)
 # Past this window the direct DFT (N^2 multiply-adds per frame) loses to the portable FFT (N log N) with
-# its split of the delegate: |stft| of 1 s at 24 kHz, 1 thread, an Intel Xeon (benchmarks/run.py --only
-# stft, results/xeon/stft.json): n_fft 64 1.50x, 128 1.55x, 256 1.00x, 512 0.72x, 1024 0.35x.
+# its split of the delegate (`python benchmarks/run.py --only stft`, results/xeon/stft.json).
 MAX_N_FFT = 256
 
 
@@ -43,7 +42,7 @@ class StftPlan:
     bins: int
 
 
-class StftRule:
+class StftRule(Rule):
     """aten.stft -> conv1d with the DFT basis; abs -> sqrt(re^2 + im^2), view_as_real -> stack(re, im)."""
 
     name = "stft"
@@ -61,7 +60,7 @@ class StftRule:
         if n_fft > self.max_n_fft:
             return Skip(
                 f"n_fft {n_fft}: past {self.max_n_fft}, the direct DFT's N^2 multiply-adds per frame lose to "
-                "the portable FFT (measured 0.72x at 512)"
+                "the portable FFT (benchmarks/run.py --only stft)"
             )
         if x.dim() not in (1, 2) or not all(isinstance(n, int) for n in x.shape):
             return Skip(f"an input of shape {list(x.shape)}: a signal [L] or batch [B, L] of static size")

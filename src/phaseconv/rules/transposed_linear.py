@@ -9,15 +9,10 @@ floats), W is read once in tiles of 7 of its N rows and x^T (16 columns: one til
 Each output is the same sum over K, in the same order; a bias is added after the product (float
 rounding). The lowering delegates the linear with a run-time weight (runtimes/executorch.py).
 
-Measured on an Intel Xeon (AVX-512), 1 thread, 16 linears 512 -> 2048 -> 512 (67 MB), ms for x W^T /
-for (W x^T)^T at M rows: 1: 4.43 / 7.48, 2: 5.09 / 7.44, 4: 5.34 / 7.50, 7: 5.49 / 7.46, 8: 9.02 / 7.47,
-12: 8.98 / 7.51, 16: 10.24 / 7.54, 24: 11.86 / 10.95, 32: 13.28 / 10.20, 48: 16.39 / 14.53, 94: 26.67 /
-23.17 (`python benchmarks/operators.py --rows`, results/xeon/fully_connected_rows.json): from 8 rows on.
-In models, lowered for x86-avx512 with and without this rule, 1 / 2 threads (`python benchmarks/variants.py
---only transposed_linear`): pocket-tts's decoder step (16 rows) 9.03 -> 8.52 / 5.67 -> 5.43 ms, Vocos
-(94) 23.95 -> 21.25 / 14.04 -> 12.71, Mimi's decoder on 25 frames (50) 89.6 -> 89.5 / 48.3 -> 47.5.
-Not on an AMD Zen 5 (targets.py: x86-avx512-amd), where the run-time-weight operator reads its input
-at 13.4 GB/s at any rows: 16 rows of the 67 MB, 4.28 ms as stored, 5.02 weight first.
+On an Intel Xeon with AVX-512 the weight-first form wins from 8 rows on and loses below
+(`python benchmarks/operators.py --rows` times both per row count; `benchmarks/variants.py --only
+transposed_linear` the models). Not on an AMD Zen 5 (targets.py: x86-avx512-amd), where the
+run-time-weight operator streams its input slower than the stored weight at any row count.
 """
 
 from __future__ import annotations
@@ -28,11 +23,11 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
-from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.graph.program import ProgramEditor, weighted_operands
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
-MIN_ROWS, MAX_ROWS = 8, 128  # measured above: it lost up to 7 rows, won from 8 to 94
+MIN_ROWS, MAX_ROWS = 8, 128  # below 8 rows one tile reads the weight once anyway
 MIN_FEATURES = 64  # a narrower weight (layer norm's averages: 1 output) is no stream to save
 
 
@@ -42,7 +37,7 @@ class TransposedLinearPlan:
     rows: int
 
 
-class TransposedLinearRule:
+class TransposedLinearRule(Rule):
     """linear(x, W, b) of min_rows..max_rows rows -> linear(W, x as [M, K]) transposed, + b."""
 
     name = "transposed_linear"
@@ -76,8 +71,7 @@ class TransposedLinearRule:
 
     def apply(self, plan: TransposedLinearPlan, editor: ProgramEditor) -> None:
         node = plan.node
-        x, weight = node.args[0], node.args[1]
-        bias = node.args[2] if len(node.args) > 2 else None
+        x, weight, bias = weighted_operands(node)
         shape = list(node.meta["val"].shape)
         value = x.meta["val"]
         if value.dim() != 2:  # a view of contiguous rows; rows laid out otherwise (an attention's heads) copied

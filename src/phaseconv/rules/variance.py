@@ -14,7 +14,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.mean import last_dim_variance
 
 aten = torch.ops.aten
@@ -38,7 +38,7 @@ def _arguments(node: Node) -> tuple[list | None, float, bool]:
     return args.get("dim"), correction, bool(args.get("keepdim", False))
 
 
-class VarianceRule:
+class VarianceRule(Rule):
     name = "variance"
 
     def matches(self, node: Node) -> bool:

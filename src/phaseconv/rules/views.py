@@ -21,7 +21,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.program import ProgramEditor
-from phaseconv.rules.base import Skip
+from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
 RESHAPES = (aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
@@ -39,7 +39,7 @@ class ViewPlan:
     shape: tuple[int, ...]
 
 
-class ViewRule:
+class ViewRule(Rule):
     name = "views"
 
     def matches(self, node: Node) -> bool:

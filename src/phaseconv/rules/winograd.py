@@ -47,20 +47,23 @@ from torch.fx import Node
 
 from phaseconv.graph.interleave import interleave, space_to_depth
 from phaseconv.graph.padding import pad_spatial
-from phaseconv.graph.program import ProgramEditor
+from phaseconv.graph.program import ProgramEditor, weighted_operands
 from phaseconv.math.polyphase import folded_in_time_weight, phase_taps, strided_as_phases_weight
-from phaseconv.math.winograd import CHUNK, AxisForm, axis_form, row_support, tile_outputs
-from phaseconv.rules.base import Skip
+from phaseconv.math.winograd import (
+    CHUNK,
+    axis_form,
+    member_reads,
+    members,
+    outer,
+    point_weight,
+    points,
+    tile_outputs,
+)
+from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.im2col import CONVOLUTIONS, _settings
 from phaseconv.rules.lift_1d import lift_convolution
 
 aten = torch.ops.aten
-# XNNPACK's depthwise kernels read 3, 4, 9 or 25 taps in one pass: a 1-D transform reads the padded
-# input whole with up to 4 taps from its tile's start (zeros included: no slice of the input, which
-# an NCHW input would pay a transpose for, each); a 2-D point (9 or 16 taps, mostly zeros) reads
-# only its nonzero taps (2 per axis, or 1) from a slice of the padded input (3 slices for 3x3), which
-# measured here 0.17-0.19 ms against 0.91 for a dense 4x4 (64 channels, 130x130 in, stride 2).
-DENSE_TAPS = 4
 FOLD = 2  # the phases a narrow long convolution's time is folded into
 
 
@@ -79,7 +82,7 @@ class WinogradPlan:
         return tuple(-(-n // tile_outputs(r)) for n, r in zip(self.outputs, self.kernel))
 
 
-class WinogradRule:
+class WinogradRule(Rule):
     """Convolutions of 2-3 taps per axis (after folding a stride) -> F(2, r): strided depthwise
     transforms, GEMMs, sums."""
 
@@ -98,12 +101,10 @@ class WinogradRule:
     ):
         self.max_taps = max_taps  # on one axis of a 1-D kernel, in chunks of CHUNK; else CHUNK per axis
         self.min_channels = min_channels  # both in and out: the GEMMs must outweigh the transforms
-        # ... for chunks or a grid: 32 channels lost there (`python benchmarks/variants.py --only
-        # "steps (winograd)"`: k7 at 25600 steps 12.6 ms against XNNPACK's 13.0, dilated 3 17.1 against 14.2)
+        # ... for chunks or a grid, where 32 channels lose (`python benchmarks/variants.py --only "steps (winograd)"`)
         self.min_long_channels = min_long_channels
         # ... below that, a kernel of this many taps or more is folded in time to twice the channels
-        # (`--only "steps (fold)"`, 32 channels at 25600 steps: k5 9.9 -> 6.8 ms, k7 12.8 -> 8.1, k11
-        # 19.4 -> 12.1, k7 d3 13.4 -> 10.9, k11 d5 19.9 -> 12.5; k3 stays F(2, 3): 5.9 ms)
+        # (`--only "steps (fold)"`; a k3 stays F(2, 3))
         self.min_fold_taps = min_fold_taps
         # only stride-1, undilated 2-D kernels of 2-3 taps on both axes (targets.py: x86-avx512)
         self.square_only = square_only
@@ -183,7 +184,7 @@ class WinogradRule:
     def _folds(self, weight_shape, out_shape, stride, dilation) -> bool:
         """Whether a narrow convolution (of static sizes: checked) is folded in time: taps along T
         only (a 1-D kernel, or one on a dilation's grid), stride 1, `min_fold_taps` taps or more,
-        from `min_channels` in and out to below `min_long_channels` (measured at 32 -> 32)."""
+        from `min_channels` in and out to below `min_long_channels` (32 -> 32 in the models here)."""
         narrowest, widest = min(weight_shape[:2]), max(weight_shape[:2])
         return (
             all(k == 1 for k in weight_shape[3:])
@@ -197,13 +198,13 @@ class WinogradRule:
     def describe(self, plan: WinogradPlan) -> str:
         taps = "x".join(str(k) for k in plan.kernel if k > 1)
         forms = [axis_form(k) for k in plan.kernel]
-        points = math.prod(len(f.members) for f in forms)
-        form = f"F(2, {taps}): {points} GEMMs of {math.prod(plan.tiles)} tiles"
+        gemms = math.prod(len(f.members) for f in forms)
+        form = f"F(2, {taps}): {gemms} GEMMs of {math.prod(plan.tiles)} tiles"
         if any(k > CHUNK for k in plan.kernel):
-            members = sum(len(_members(forms, e)) for e in _points(forms))
-            reads = itertools.chain(*_member_reads(forms, _steps(plan.kernel)).values())
+            stacked = sum(len(members(forms, e)) for e in points(forms))
+            reads = itertools.chain(*member_reads(forms, _steps(plan.kernel)).values())
             transforms = len({key for key, _ in reads})
-            form += f" over {members} stacked inputs ({transforms} input transforms, chunks of {CHUNK} taps)"
+            form += f" over {stacked} stacked inputs ({transforms} input transforms, chunks of {CHUNK} taps)"
         if any(d > 1 for d in plan.dilation):
             grid = f"dilation {list(plan.dilation)}: the input as a grid of {max(plan.dilation)} columns, then "
             return grid + self.describe(_on_grid(plan))
@@ -233,8 +234,7 @@ class WinogradRule:
         if plan.fold > 1:
             plan = self._again(_time_on_channels(editor, plan), editor)
         node = plan.node
-        x, weight = node.args[0], node.args[1]
-        bias = node.args[2] if len(node.args) > 2 else None
+        x, weight, bias = weighted_operands(node)
         lengths = x.meta["val"].shape[2:]
         forms = [axis_form(k) for k in plan.kernel]
         steps = _steps(plan.kernel)
@@ -243,18 +243,18 @@ class WinogradRule:
             static = isinstance(length, int)  # a dynamic length has whole tiles (checked): p after
             pads.append((p, step * tiles + k - 1 - (length + p) if static else p))  # the last tile's samples
         padded = pad_spatial(editor, node, x, pads)
-        points = _points(forms)
-        carrier = next(e for e in points if all(f.a_t[:, i].eq(1).all() for f, i in zip(forms, e)))
-        reads = _member_reads(forms, steps)
+        every_point = points(forms)
+        carrier = next(e for e in every_point if all(f.a_t[:, i].eq(1).all() for f, i in zip(forms, e)))
+        reads = member_reads(forms, steps)
         keys = dict.fromkeys(key for key, _ in itertools.chain(*reads.values()))
         inputs = _TransformedInputs(editor, node, padded, steps, plan.tiles, keys)
         products = {}
-        for e in points:
+        for e in every_point:
             stacked = [inputs.read(*r) for r in reads[e]]
             point = editor.emit(node, aten.cat.default, stacked, 1) if len(stacked) > 1 else stacked[0]
             name = "_".join(map(str, e))
-            point_weight = editor.derived_constant(weight, f"winograd{name}", _point_weight(_members(forms, e)))
-            products[e] = editor.emit(node, node.target, point, point_weight, bias if e == carrier else None)
+            weights = editor.derived_constant(weight, f"winograd{name}", point_weight(members(forms, e)))
+            products[e] = editor.emit(node, node.target, point, weights, bias if e == carrier else None)
         for axis, a_t in enumerate(f.a_t for f in forms):  # the output transform, one axis at a time
             sums = {}
             for key in products:
@@ -316,8 +316,7 @@ def _dilation_as_grid(editor: ProgramEditor, plan: WinogradPlan) -> Node:
     whole tiles of two rows, so that the padding is all here; its output [N, O, R - k + 1, d]
     viewed back to [N, O, d * (R - k + 1), 1] and cut to T_out."""
     node, d, k, n = plan.node, plan.dilation[0], plan.kernel[0], plan.outputs[0]
-    x, weight = node.args[0], node.args[1]
-    bias = node.args[2] if len(node.args) > 2 else None
+    x, weight, bias = weighted_operands(node)
     batch, channels, _, _ = x.meta["val"].shape
     rows = _grid_rows(n, d) + k - 1
     padded = _padded_to(editor, node, x, plan.padding, [d * rows, 1])
@@ -411,42 +410,6 @@ def _steps(kernel: tuple[int, ...]) -> list[int]:
     return [tile_outputs(k) for k in kernel]
 
 
-def _points(forms: list[AxisForm]) -> list[tuple[int, ...]]:
-    """Every point: one of each axis's points."""
-    return list(itertools.product(*[range(len(f.members)) for f in forms]))
-
-
-def _members(forms: list[AxisForm], e: tuple[int, ...]) -> list[tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
-    """Point e's members: per axis one (B row, G row) of that axis's point e_axis, every combination."""
-    return list(itertools.product(*[f.members[i] for f, i in zip(forms, e)]))
-
-
-def _member_reads(forms: list[AxisForm], steps: list[int]) -> dict[tuple[int, ...], list[tuple[tuple, tuple]]]:
-    """Per point, each member's (transform key, shift): the key is per axis (the taps it reads,
-    their spacing, the first one's offset within a tile) and the shift is in whole tiles, from
-    the tile of its row's first nonzero. A 1-D kernel's transform reads DENSE_TAPS samples from
-    that tile's start, zeros included; a 2-D one only the nonzeros."""
-    sparse = sum(f.window > 1 for f in forms) > 1
-    reads = {}
-    for e in _points(forms):
-        reads[e] = []
-        for member in _members(forms, e):
-            key, shift = [], []
-            for (b, _), step in zip(member, steps):
-                if sparse:
-                    taps, offset, spacing = row_support(b)
-                    assert offset < step, b  # 2-D kernels have at most 3 taps per axis (checked)
-                    key.append((tuple(taps.tolist()), spacing, offset))
-                    shift.append(0)
-                    continue
-                start = step * (int(torch.nonzero(b)[0]) // step)
-                assert not b[start + DENSE_TAPS :].any(), b  # a chunk's row spans at most 3 samples
-                key.append((tuple(b[start : start + DENSE_TAPS].tolist()), 1, 0))
-                shift.append(start // step)
-            reads[e].append((tuple(key), tuple(shift)))
-    return reads
-
-
 class _TransformedInputs:
     """Each distinct depthwise transform of the padded input computed once, and each reader's tiles
     sliced from it. A 1-D transform reads the input whole (its readers start whole tiles on); a 2-D
@@ -459,7 +422,7 @@ class _TransformedInputs:
         self.nodes, self.reads = {}, {}
         for index, key in enumerate(keys):
             taps, spacing, offsets = zip(*key)
-            kernel = _outer([torch.tensor(t, dtype=torch.float64) for t in taps]).float()
+            kernel = outer([torch.tensor(t, dtype=torch.float64) for t in taps]).float()
             kernel = kernel.expand(channels, 1, *kernel.shape).contiguous()  # one per channel: depthwise
             transform = editor.new_constant(kernel, f"{anchor.name}_in{index}")
             spans = [d * (len(t) - 1) + 1 for t, d in zip(taps, spacing)]
@@ -500,30 +463,6 @@ class _Windows:
                 slice_ = (aten.slice.Tensor, parent, 2 + axis, offset, end)
                 self.cache[key] = parent if whole else self.editor.emit(self.anchor, *slice_)
         return self.cache[key]
-
-
-def _outer(vectors: list[torch.Tensor]) -> torch.Tensor:
-    """The outer product of 1-D tensors: the separable depthwise kernel of one point."""
-    result = vectors[0]
-    for vector in vectors[1:]:
-        result = result.unsqueeze(-1) * vector
-    return result
-
-
-def _point_weight(members: list[tuple[tuple[torch.Tensor, torch.Tensor], ...]]):
-    """W[o, c, k...] -> the members' U_m[o, c, 1...] = sum_k g_1[k_1] ... g_D[k_D] W[o, c, k] (g_a:
-    member m's G row on axis a) stacked on input channels, in the order its inputs are; float64."""
-
-    def compute(weight: torch.Tensor) -> torch.Tensor:
-        parts = []
-        for member in members:
-            combined = weight.double()
-            for axis, (_, g) in enumerate(member):
-                combined = torch.tensordot(combined, g, dims=([2 + axis], [0])).unsqueeze(-1).movedim(-1, 2 + axis)
-            parts.append(combined)
-        return torch.cat(parts, 1).to(weight.dtype)
-
-    return compute
 
 
 def _signed_sum(editor: ProgramEditor, anchor: Node, terms: list[tuple[Node, torch.Tensor]]) -> Node:

@@ -47,10 +47,10 @@ class LoadedProgram:
     file it is done with, such as the weights XNNPACK has packed, where bytes stay resident beside
     the packed copy (benchmarks/tts.py measures the runner's memory, which loads from the path).
 
-    Every method is initialized here, not on its first call (XNNPACK packs its weights then: 28 ms
-    for the pocket-tts step), so the first call costs what the others do: time to first audio. A
-    method that shares a buffer with another starts it from its initial value when initialized, so
-    all are initialized before any runs.
+    Every method is initialized here, not on its first call (XNNPACK packs its weights then), so the
+    first call costs what the others do: time to first audio. A method that shares a buffer with
+    another starts it from its initial value when initialized, so all are initialized before any
+    runs.
     With `weight_cache` (XNNPACK's `weight_cache_enabled`), operators that read the same constant
     share one packed copy: an unrolled LSTM's steps read one recurrent weight, which stays in cache,
     instead of one private copy per step streamed from memory; methods that read one weight share it.

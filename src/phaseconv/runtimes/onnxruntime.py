@@ -73,7 +73,7 @@ def _name_state(model, state) -> None:
 
 def session_options(threads: int):
     """How phaseconv runs ONNX Runtime: all graph optimizations (ORT_ENABLE_ALL), `threads` intra-op
-    threads, one inter-op, errors only; otherwise as ORT sets it up: its idle threads spin about 30 ms
+    threads, one inter-op, errors only; otherwise as ORT sets it up: its idle threads spin a while
     after a run before they park (runtimes/timing.py lets them stop before the next runner is timed)."""
     ort = _require("onnxruntime")
     options = ort.SessionOptions()

@@ -144,6 +144,19 @@ def summarize_pte_file(path: str | Path) -> DelegationSummary:
         raise PhaseconvError(f"{path}: {error}") from None
 
 
+def data_file(path: Path) -> Path | None:
+    """The .ptd file a program file keeps its constants in (None: it keeps them itself); a clear error
+    for a file that is not a program, or a data file that is missing."""
+    summary = summarize_pte_file(path)
+    data_path = path.with_suffix(".ptd")
+    if summary.external_constants and not data_path.is_file():
+        raise PhaseconvError(
+            f"{path} keeps {summary.external_constants} constants in an external data file, and {data_path} "
+            "is missing: put it beside the program"
+        )
+    return data_path if summary.external_constants else None
+
+
 def _xnnpack_graph(payload: bytes) -> dict:
     """An XNNPACK delegate payload's graph (its flatbuffer, decoded with ExecuTorch's flatc)."""
     header = XNNHeader.from_bytes(payload[: XNNHeader.EXPECTED_LENGTH])

@@ -14,14 +14,11 @@ def wait_until_others_idle(window: float = 0.01, limit: float = 0.2) -> None:
     The kernel adds up other threads' CPU time at its clock ticks (every 4 ms at 250 Hz), hence
     a window of several ticks.
 
-    Measured here: ONNX Runtime's intra-op threads spin about 30 ms after a run (its default; with
-    spinning off, its 2-thread runs of the models here were 4-15% slower); PyTorch's OpenMP threads
-    about 4 ms after each parallel region (an eager run, or the ExecuTorch binding's copy of an
-    output of 32768 elements or more), which on two cores took the core the next runner's second
-    thread needed (an image generator at 2 threads: 14.5 ms per call, 12.8 without). This thread
-    busy-waits instead of sleeping: after 50 ms asleep, XNNPACK at 2 threads ran the same U-Net in
-    20-22 ms instead of 14-15 (the virtual machine parks idle cores), and a real app's decoder runs
-    on warm cores."""
+    ONNX Runtime's intra-op threads spin after a run (its default: with spinning off its multi-thread
+    runs are slower), and PyTorch's OpenMP threads after each parallel region (an eager run, or the
+    ExecuTorch binding's copy of a large output): on two cores they take the core the next runner's
+    second thread needs. This thread busy-waits instead of sleeping: a virtual machine parks idle
+    cores, which a runner then pays for, while a real app's decoder runs on warm cores."""
     deadline = time.perf_counter() + limit
     while time.perf_counter() < deadline:
         wall, cpu = time.perf_counter(), time.process_time()

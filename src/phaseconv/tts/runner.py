@@ -15,24 +15,21 @@ the frames pocket-tts allows it is split at words into chunks that do.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import math
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.tts.contract import METHODS, PAD, Settings, decode_method, generate_method, voice_method
+from phaseconv.tts.contract import PAD
+from phaseconv.tts.decoding import InlineDecoder
+from phaseconv.tts.speech_program import SpeechProgram
 from phaseconv.tts.voices import AudioVoice, read_state
-
-# Methods every program has (generate_B and voice_NAME: those its settings name).
-REQUIRED = [m.name for m in METHODS if not m.name.endswith(("_B", "_NAME", "_N")) and m.name != "tokenizer"]
 
 
 def _pocket_tts_text():
@@ -81,80 +78,6 @@ class SpeechReport:
         return {**data, "audio_seconds": self.audio_seconds, "real_time_factor": self.real_time_factor}
 
 
-class SpeechProgram:
-    """A loaded text-to-speech program: its methods (`methods`: those to load, default all), the
-    settings it carries and its tokenizer (`tokenizer`: a file to use instead)."""
-
-    def __init__(self, path: Path, methods=None, tokenizer: Path | None = None):
-        from phaseconv.runtimes.executorch import LoadedProgram
-        from phaseconv.runtimes.pte import summarize_pte_file
-
-        summary = summarize_pte_file(path)  # a clear error for a file that is not a program
-        data_path = path.with_suffix(".ptd")
-        if summary.external_constants and not data_path.is_file():
-            raise PhaseconvError(
-                f"{path} keeps {summary.external_constants} constants in an external data file, and {data_path} "
-                "is missing: put it beside the program"
-            )
-        start = time.perf_counter()
-        data = data_path if summary.external_constants else None
-        self.program = LoadedProgram(path, data, methods=methods)
-        self.load_ms = (time.perf_counter() - start) * 1e3
-        if "settings" not in self.program.all_methods:
-            raise PhaseconvError(
-                f"{path} is not a text-to-speech program: it has no settings "
-                "(make one with `phaseconv lower pocket-tts-tts:CONFIG`)"
-            )
-        try:
-            self.settings = Settings.from_json(self.program.run((), "settings")[0], str(path))
-        except (ValueError, TypeError) as error:
-            raise PhaseconvError(str(error)) from None
-        wanted = REQUIRED + [generate_method(b) for b in self.settings.generate_blocks]
-        wanted += [decode_method(frames) for frames in self.settings.decode_frames]
-        missing = [name for name in wanted if name not in self.program.all_methods]
-        if missing:
-            raise PhaseconvError(f"{path} is not a whole text-to-speech program: it has no {', '.join(missing)}")
-        self.path = path
-        self._tokenizer_file = tokenizer
-
-    @property
-    def voices(self) -> list[str]:
-        return sorted(self.settings.voices)
-
-    def tokenizer(self):
-        """pocket-tts's tokenizer for the program's own tokenizer file (or the one given instead)."""
-        from phaseconv.tts.program import load_tokenizer
-
-        if self._tokenizer_file is not None:
-            return load_tokenizer(self._tokenizer_file, self.settings.n_bins)
-        if self.settings.tokenizer is None:
-            raise PhaseconvError(f"{self.path} carries no tokenizer: give --tokenizer (the config's .model or .json)")
-        (data,) = self.program.run((), "tokenizer")
-        suffix = ".json" if self.settings.tokenizer == "tokenizers" else ".model"
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / f"tokenizer{suffix}"
-            path.write_bytes(data.numpy().tobytes())
-            return load_tokenizer(path, self.settings.n_bins)
-
-    def builtin_voice(self, name: str) -> torch.Tensor:
-        return self.program.run((), voice_method(name))[0]
-
-    def generate(self, latent: torch.Tensor, start: torch.Tensor, noise: torch.Tensor, position: int) -> list:
-        """One frame at `position`, by the frame method whose blocks hold it."""
-        method = generate_method(self.settings.generate_block(position))
-        return self.program.run((latent, start, noise, torch.tensor([position])), method)
-
-    def decode_frames(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents [1, N, latent_dim] at once (N in settings.decode_frames) -> pcm [N, frame_size]."""
-        (pcm,) = self.program.run((latents,), decode_method(latents.shape[1]))
-        return pcm.reshape(latents.shape[1], -1)
-
-    def __getattr__(self, method: str) -> Callable:
-        if method not in REQUIRED:
-            raise AttributeError(method)
-        return lambda *inputs: self.program.run(inputs, method)
-
-
 def padded(values: torch.Tensor, size: int, dim: int) -> torch.Tensor:
     """`values` with zeros after it along `dim` up to `size`."""
     missing = size - values.shape[dim]
@@ -199,8 +122,17 @@ def resolve_voice(argument: str | None, program: SpeechProgram) -> str | Path | 
 class Speaker:
     """Text to PCM through a SpeechProgram, in pocket-tts's order of calls (see the module docstring)."""
 
-    def __init__(self, program: SpeechProgram, temperature: float | None = None, seed: int = 0):
+    def __init__(
+        self,
+        program: SpeechProgram,
+        temperature: float | None = None,
+        seed: int = 0,
+        eos_threshold: float | None = None,
+    ):
+        """`eos_threshold`: the end-of-speech logit past which a chunk ends, instead of the config's."""
         self.program, self.settings = program, program.settings
+        if eos_threshold is not None:
+            self.settings = dataclasses.replace(self.settings, eos_threshold=eos_threshold)
         self.tokenizer = program.tokenizer()
         self.temperature = self.settings.temperature if temperature is None else temperature
         if self.temperature < 0:
@@ -416,125 +348,3 @@ def _unknown_id(tokenizer) -> int | None:
     model = tokenizer.tokenizer.model
     token = getattr(model, "unk_token", None)
     return tokenizer.tokenizer.token_to_id(token) if token else None
-
-
-class InlineDecoder:
-    """The program's decoder called after each latent, in this thread: generation waits for it."""
-
-    def __init__(self, program: SpeechProgram):
-        self.program = program
-
-    def start(self, deliver: Callable[[torch.Tensor, bool, float], None]) -> None:
-        self.deliver = deliver
-
-    def reset(self) -> float:
-        """The decoder's state to its start (a new chunk); returns the milliseconds it took."""
-        begin = time.perf_counter()
-        self.program.reset_decoder()
-        return (time.perf_counter() - begin) * 1e3
-
-    def decode(self, latent: torch.Tensor, first_of_chunk: bool) -> None:
-        begin = time.perf_counter()
-        (pcm,) = self.program.decode(latent)
-        self.deliver(pcm, first_of_chunk, (time.perf_counter() - begin) * 1e3)
-
-    def finish(self) -> None:
-        pass
-
-
-# The methods the decoder process loads, beside decode and decode_N.
-DECODER_OWN = ("reset_decoder", "settings")
-
-
-class DecoderProcess:
-    """The program's decoder in a second process (the same file, loaded again), fed each latent over a
-    pipe while this process generates the next: the language model and the decoder run at once, on two
-    cores, as pocket-tts's own streaming runs them on two threads (ExecuTorch's Python bindings hold the
-    interpreter lock while a method runs, so a second thread here would not overlap with the first).
-    The decoded frames come back over the same pipe and are delivered here between the frames this
-    process generates (the rest when it finishes), in this thread: no third thread wakes for each."""
-
-    def __init__(self, path: Path, threads: int = 1):
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")  # a fresh runtime: its thread pool sized before a load
-        self.connection, child = context.Pipe()
-        self.process = context.Process(target=_decode_latents, args=(str(path), threads, child), daemon=True)
-        self.process.start()
-        child.close()
-        if self.connection.recv() != "ready":
-            raise PhaseconvError(f"the decoder process could not load {path}")
-        self.pending = 0
-
-    def start(self, deliver: Callable[[torch.Tensor, bool, float], None]) -> None:
-        """Each frame decoded from here on goes to `deliver`."""
-        self.deliver = deliver
-
-    def _collect(self, wait: bool) -> None:
-        """Deliver the frames decoded so far; with `wait`, every frame sent."""
-        while self.pending and (wait or self.connection.poll()):
-            pcm, first_of_chunk, decode_ms, first_of_call = self.connection.recv()
-            self.pending -= 1
-            self.deliver(torch.from_numpy(pcm), first_of_chunk, decode_ms, first_of_call)
-
-    def reset(self) -> float:
-        self.connection.send(("reset", None, False))
-        return 0.0  # done by the other process, between two frames it decodes
-
-    def decode(self, latent: torch.Tensor, first_of_chunk: bool) -> None:
-        self.connection.send(("decode", latent.numpy(), first_of_chunk))
-        self.pending += 1
-        self._collect(wait=False)
-
-    def finish(self) -> None:
-        """Wait until every frame sent is delivered."""
-        self._collect(wait=True)
-
-    def close(self) -> None:
-        """Stop the process (frames still on their way, after an error, are dropped)."""
-        self.connection.send(("stop", None, False))
-        with contextlib.suppress(EOFError):  # a process that has died has nothing left to send
-            while self.connection.recv() is not None:
-                pass
-        self.process.join()
-
-
-def _decode_latents(path: str, threads: int, connection) -> None:
-    """The decoder process: reset and decode as told, the latents queued while it decoded the last
-    ones at once (as pocket-tts's decoder thread does; the first frame of a chunk never waits), each
-    frame's PCM sent back as it is decoded."""
-    import collections
-
-    from phaseconv.errors import parked_stderr
-    from phaseconv.runtimes.executorch import set_threads
-
-    with parked_stderr():  # the runtime's CPU probing on load
-        set_threads(threads)
-        program = SpeechProgram(Path(path), methods=lambda name: name.startswith("decode") or name in DECODER_OWN)
-    sizes = sorted(program.settings.decode_frames, reverse=True)
-    program.reset_decoder()
-    connection.send("ready")
-    queued = collections.deque()
-    while True:
-        if not queued:
-            queued.append(connection.recv())
-        while connection.poll():
-            queued.append(connection.recv())
-        command, latent, first_of_chunk = queued.popleft()
-        if command == "stop":
-            connection.send(None)
-            return
-        if command == "reset":
-            program.reset_decoder()
-            continue
-        batch = [(latent, first_of_chunk)]
-        while queued and queued[0][0] == "decode" and len(batch) < sizes[0]:
-            batch.append(queued.popleft()[1:])
-        frames = next(size for size in sizes if size <= len(batch))
-        for extra in reversed(batch[frames:]):  # back to the queue, for the next call
-            queued.appendleft(("decode", *extra))
-        begin = time.perf_counter()
-        pcm = program.decode_frames(torch.from_numpy(np.concatenate([latent for latent, _ in batch[:frames]], axis=1)))
-        each = (time.perf_counter() - begin) * 1e3 / frames
-        for index, (frame, (_, first)) in enumerate(zip(pcm, batch[:frames])):
-            connection.send((frame.numpy(), first, each, index == 0))

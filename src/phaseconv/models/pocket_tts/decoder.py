@@ -218,8 +218,8 @@ class MimiStep(StreamingStep):
         return self.mimi.decode_from_latent(latent, self.state())
 
     def output_block(self) -> str:
-        """The decoder's last residual block, at the output rate: in int8 it costs the step 2 dB of
-        SNR, the most of any part (benchmarks/int8_sensitivity.py), so `keep_float` candidate one."""
+        """The decoder's last residual block, at the output rate: in int8 it costs the step the
+        most SNR of any part (benchmarks/int8_sensitivity.py), so `keep_float` candidate one."""
         from pocket_tts.modules.seanet import SEANetResnetBlock
 
         blocks = [name for name, m in self.mimi.decoder.named_modules() if isinstance(m, SEANetResnetBlock)]
@@ -244,10 +244,10 @@ class EncoderStep(StreamingStep):
         return embedding.transpose(-1, -2)
 
 
-def mimi_step(config: str = DEFAULT_CONFIG, weights: str | Path | None = None):
-    """Factory: (MimiStep, (latent [1, 1, D],)) for a shipped pocket-tts config."""
-    step = MimiStep(build_mimi(config, weights))
-    return step, (torch.randn(1, 1, step.latent_dim, generator=torch.Generator().manual_seed(0)),)
+def mimi_step(config: str = DEFAULT_CONFIG, weights: str | Path | None = None, frames: int = 1):
+    """Factory: (MimiStep, (latents [1, frames, D],)) for a shipped pocket-tts config."""
+    step = MimiStep(build_mimi(config, weights), frames=frames)
+    return step, (torch.randn(1, frames, step.latent_dim, generator=torch.Generator().manual_seed(0)),)
 
 
 @torch.no_grad()

@@ -37,8 +37,8 @@ from phaseconv.errors import PhaseconvError
 # Added to the scores of masked keys: exp(score - 1e30 - max) is exactly 0 in float32, as with -inf,
 # and 0 * NEG stays 0 where -inf would make NaN.
 MASKED = -1e30
-# Positions per block of the KV cache. Measured (8 layers, 8 heads of 64, 1 thread): the cache's
-# attention products over 384 positions took 0.64 ms as one product each, 0.07 ms over 64.
+# Positions per block of the KV cache: attention reads only the blocks that hold positions, so its
+# products grow with the text, not with the cache.
 CACHE_BLOCK = 64
 
 

@@ -1,0 +1,84 @@
+"""A text-to-speech program loaded for speaking: its methods by the contract's names (contract.py),
+its settings and its tokenizer."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from phaseconv.errors import PhaseconvError
+from phaseconv.tts.contract import METHODS, Settings, decode_method, generate_method, voice_method
+
+# Methods every program has (generate_B and voice_NAME: those its settings name).
+REQUIRED = [m.name for m in METHODS if not m.name.endswith(("_B", "_NAME", "_N")) and m.name != "tokenizer"]
+
+
+class SpeechProgram:
+    """A loaded text-to-speech program: its methods (`methods`: those to load, default all), the
+    settings it carries and its tokenizer (`tokenizer`: a file to use instead)."""
+
+    def __init__(self, path: Path, methods=None, tokenizer: Path | None = None):
+        from phaseconv.runtimes.executorch import LoadedProgram
+        from phaseconv.runtimes.pte import data_file
+
+        data = data_file(path)
+        start = time.perf_counter()
+        self.program = LoadedProgram(path, data, methods=methods)
+        self.load_ms = (time.perf_counter() - start) * 1e3
+        if "settings" not in self.program.all_methods:
+            raise PhaseconvError(
+                f"{path} is not a text-to-speech program: it has no settings "
+                "(make one with `phaseconv lower pocket-tts-tts:CONFIG`)"
+            )
+        try:
+            self.settings = Settings.from_json(self.program.run((), "settings")[0], str(path))
+        except (ValueError, TypeError) as error:
+            raise PhaseconvError(str(error)) from None
+        wanted = REQUIRED + [generate_method(b) for b in self.settings.generate_blocks]
+        wanted += [decode_method(frames) for frames in self.settings.decode_frames]
+        missing = [name for name in wanted if name not in self.program.all_methods]
+        if missing:
+            raise PhaseconvError(f"{path} is not a whole text-to-speech program: it has no {', '.join(missing)}")
+        self.path = path
+        self._tokenizer_file = tokenizer
+
+    @property
+    def voices(self) -> list[str]:
+        return sorted(self.settings.voices)
+
+    def tokenizer(self):
+        """pocket-tts's tokenizer for the program's own tokenizer file (or the one given instead)."""
+        from phaseconv.tts.model import load_tokenizer
+
+        if self._tokenizer_file is not None:
+            return load_tokenizer(self._tokenizer_file, self.settings.n_bins)
+        if self.settings.tokenizer is None:
+            raise PhaseconvError(f"{self.path} carries no tokenizer: give --tokenizer (the config's .model or .json)")
+        (data,) = self.program.run((), "tokenizer")
+        suffix = ".json" if self.settings.tokenizer == "tokenizers" else ".model"
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / f"tokenizer{suffix}"
+            path.write_bytes(data.numpy().tobytes())
+            return load_tokenizer(path, self.settings.n_bins)
+
+    def builtin_voice(self, name: str) -> torch.Tensor:
+        return self.program.run((), voice_method(name))[0]
+
+    def generate(self, latent: torch.Tensor, start: torch.Tensor, noise: torch.Tensor, position: int) -> list:
+        """One frame at `position`, by the frame method whose blocks hold it."""
+        method = generate_method(self.settings.generate_block(position))
+        return self.program.run((latent, start, noise, torch.tensor([position])), method)
+
+    def decode_frames(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [1, N, latent_dim] at once (N in settings.decode_frames) -> pcm [N, frame_size]."""
+        (pcm,) = self.program.run((latents,), decode_method(latents.shape[1]))
+        return pcm.reshape(latents.shape[1], -1)
+
+    def __getattr__(self, method: str) -> Callable:
+        if method not in REQUIRED:
+            raise AttributeError(method)
+        return lambda *inputs: self.program.run(inputs, method)
