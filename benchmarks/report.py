@@ -403,6 +403,28 @@ def frames_per_call(data: dict) -> str:
     return _machine(meta, "python benchmarks/frames_per_call.py") + note + "\n\n" + _table(header, rows)
 
 
+def serve(data: dict) -> str:
+    """`phaseconv serve` over loopback: a request's first audio at the client, and where it went."""
+    header = ["config", "threads", "first audio at the client ms (median / p95)", "runner's first audio ms"]
+    header += ["voice ms", "HTTP overhead ms", "real-time factor", "server MiB after 1st / last request", "file MiB"]
+    rows = [
+        [
+            row["config"],
+            str(row["threads"]),
+            f"{_ms(row['client_first_audio_ms'])} / {_ms(row['client_first_audio_p95_ms'])}",
+            _ms(row["runner_first_audio_ms"]),
+            _ms(row["voice_ms"]),
+            _ms(row["overhead_ms"]),
+            f"{row['real_time_factor']:.3f}",
+            f"{row['rss_after_first_mib']:.0f} / {row['rss_after_last_mib']:.0f}",
+            f"{row['file_mib']:.0f}",
+        ]
+        for row in data["rows"]
+    ]
+    note = f" Medians over {data['rows'][0]['requests']} requests, one after another, random weights."
+    return _machine(data["meta"], "python benchmarks/serve.py") + note + "\n\n" + _table(header, rows)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
     "console": console,
     "frames_per_call": frames_per_call,
@@ -413,6 +435,7 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "lstm_loop": lstm_loop,
     "models": models,
     "operators": operators,
+    "serve": serve,
     "streaming": streaming,
     "tts": tts,
 }
