@@ -117,7 +117,11 @@ def main(
         if only.lower() in case[0].lower():
             rows += measure(*case, runs)
     console.print(table(rows))
-    save_results(json_path, rows, "model" if only else None, runs=runs, threads=1)  # --only: its rows updated
+    from phaseconv.targets import host_target
+
+    save_results(
+        json_path, rows, "model" if only else None, runs=runs, threads=1, target=host_target()
+    )  # --only: its rows updated
     console.print(f"wrote {json_path}")
 
 

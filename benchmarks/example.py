@@ -53,7 +53,7 @@ def main(json_path: Path = typer.Option(Path("results/example.json"), "--json"))
             output = run(command, folder, environment(Path(cache)))
             print(output, flush=True)
             rows.append({"command": command, "output": output})
-    save_results(json_path, rows)
+    save_results(json_path, rows, target="any", threads=1)
 
 
 if __name__ == "__main__":

@@ -91,7 +91,9 @@ def main(
     rows = []
     for config in configs.split(","):
         rows += worker_rows(__file__, ["--configs", config, "--runs", str(runs)], f"{config}: timing", console)
-    save_results(json_path, rows, partial_key="config", runs=runs, threads=1, target="host")
+    from phaseconv.targets import host_target
+
+    save_results(json_path, rows, partial_key="config", runs=runs, threads=1, target=host_target())
     print(frames_table(json.loads(json_path.read_text())))
     console.print(f"wrote {json_path}")
 

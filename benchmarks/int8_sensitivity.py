@@ -92,7 +92,7 @@ def main(
             )
         console.print(f"{rows[-1]['fp32'] or 'every part int8'}: {rows[-1]['snr_db']:.2f} dB")
     console.print(table(rows))
-    save_results(json_path, rows, frames=frames, calibration_frames=CALIBRATION_FRAMES)
+    save_results(json_path, rows, frames=frames, calibration_frames=CALIBRATION_FRAMES, target="none: eager", threads=1)
     console.print(f"wrote {json_path}")
 
 

@@ -117,7 +117,7 @@ def main(
     for config in configs.split(","):
         rows.append(lower_row(config))
         console.print(f"{config}: {rows[-1]['seconds']:.0f} s", highlight=False)
-    save_results(json_path, rows, partial_key="config")
+    save_results(json_path, rows, partial_key="config", target="any", threads=1)
     print(lowering_table(json.loads(json_path.read_text())))
     console.print(f"wrote {json_path}")
 

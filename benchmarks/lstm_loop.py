@@ -207,7 +207,13 @@ def main(
                 "memory": growth[name],
             }
         )
-    save_results(json_path, rows, command=f"python benchmarks/lstm_loop.py --steps {steps} --runs {runs}")
+    save_results(
+        json_path,
+        rows,
+        command=f"python benchmarks/lstm_loop.py --steps {steps} --runs {runs}",
+        target="any",
+        threads=1,
+    )
     console.print(lstm_loop(json.loads(json_path.read_text())))
 
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from benchmarks.workers import machine, resident_mib, saved_rows  # noqa: E402
+from benchmarks.workers import machine, resident_mib, run_record, saved_rows  # noqa: E402
 from phaseconv.models import diffusers_vae, image, stylegan, transformers_audio, unet, vocos  # noqa: E402
 from phaseconv.targets import host_target  # noqa: E402
 
@@ -427,7 +427,7 @@ def main(
         fresh = {(row["model"], row["threads"]) for row in rows}
         kept = [r for r in saved_rows(json_path, "models") if (r["model"], r["threads"]) not in fresh]
         rows = sorted(kept + rows, key=lambda r: (r["threads"], [c.name for c in CASES].index(r["model"])))
-    meta = {"runs": runs, "target": host_target(), **machine()}
+    meta = {"runs": runs, "target": host_target(), "threads": threads, **machine(), **run_record()}
     json_path.write_text(json.dumps({"meta": meta, "models": rows}, indent=2))
     plot(rows, plot_path)
     console.print(f"wrote {json_path} and {plot_path}")

@@ -315,7 +315,9 @@ def main(
         for r in measured:
             table.add_row(r["runtime"], str(r["rows"]), f"{r['ms']:.2f}", f"{r['weights_gb_s']:.1f}")
         console.print(table)
-        save_results(json_path, measured, threads=threads, runs=max(runs, 20))
+        from phaseconv.targets import host_target
+
+        save_results(json_path, measured, threads=threads, runs=max(runs, 20), target=host_target())
         console.print(f"wrote {json_path}")
         return
     json_path = json_path or Path("results/operators.json")
@@ -325,7 +327,18 @@ def main(
         rows.append(profile(case, threads, runs))
         report(rows[-1], read_rate, gemm)
     partial = "model" if only else None  # a partial run updates its rows in the saved results
-    save_results(json_path, rows, partial, threads=threads, runs=runs, memory_read_gb_s=read_rate, gemm_gmac_s=gemm)
+    from phaseconv.targets import host_target
+
+    save_results(
+        json_path,
+        rows,
+        partial,
+        threads=threads,
+        runs=runs,
+        memory_read_gb_s=read_rate,
+        gemm_gmac_s=gemm,
+        target=host_target(),
+    )
     console.print(f"wrote {json_path}")
 
 

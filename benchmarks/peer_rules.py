@@ -141,7 +141,7 @@ def main(
     torch.set_num_threads(1)  # eager runs once, for the reference outputs
     if outputs:
         json_path = json_path or Path(f"results/short_conv_outputs_{threads}t.json")
-        save_results(json_path, short_conv_outputs(runs, threads), runs=runs, threads=threads)
+        save_results(json_path, short_conv_outputs(runs, threads), runs=runs, threads=threads, target="any")
         console.print(f"wrote {json_path}")
         return
     if runtime not in ("onnx", "litert"):
@@ -150,7 +150,7 @@ def main(
     rows = [measure(case, runs, threads, runtime, alone) for case in CASES if only.lower() in case.name.lower()]
     console.print(table(rows, runtime))
     partial_run = "model" if only or threads != 1 else None  # keeps the saved rows it did not measure
-    save_results(json_path, rows, partial_run, runs=runs, runtime=runtime)
+    save_results(json_path, rows, partial_run, runs=runs, runtime=runtime, target=host_target(), threads=threads)
     console.print(f"wrote {json_path}")
 
 

@@ -294,7 +294,17 @@ def main(
                 f"{geometric_mean(layers):.2f}x, lowest {min(layers):.2f}x"
             )
     command = COMMAND + (" --litert" if litert else "")
-    save_results(json_path, rows, partial_key="case" if only else None, runs=runs, command=command)
+    from phaseconv.targets import host_target
+
+    save_results(
+        json_path,
+        rows,
+        partial_key="case" if only else None,
+        runs=runs,
+        command=command,
+        target=host_target(),
+        threads=threads,
+    )
     console.print(f"wrote {json_path}")
 
 

@@ -28,11 +28,16 @@ MARKER = re.compile(r"(<!-- table: (\S+) (\S+) -->\n)(.*?)(<!-- end table -->)",
 
 
 def _machine(meta: dict, command: str, verb: str = "Measured") -> str:
+    """Where and how a table was measured: CPU model and family, cores, vector unit, the target
+    phaseconv lowered for, threads, the command, the date and the commit."""
     cpu = meta.get("cpu") or "an x86-64 CPU (model not recorded)"
     unit = f", {meta['vector_unit']}" if meta.get("vector_unit") else ""
     family = f" ({meta['cpu_family']}, {meta['cores']} cores)" if meta.get("cpu_family") else ""
+    threads = meta.get("threads")
+    threads = f", {threads} thread{'s' if str(threads) != '1' else ''}" if threads is not None else ""
+    target = f", target {meta['target']}" if meta.get("target") else ""
     when = f" on {meta['date']} at commit {meta['commit']}" if meta.get("date") else ""
-    return f"{verb} on {cpu}{family}{unit} with `{command}`{when}."
+    return f"{verb} on {cpu}{family}{unit}{target}{threads} with `{command}`{when}."
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

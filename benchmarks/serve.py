@@ -130,7 +130,7 @@ def main(
         "rss_after_last_mib": after_last / 1024,
         "file_mib": file_mib,
     }
-    save_results(json_path, [row], partial_key="config", text=TEXT)
+    save_results(json_path, [row], partial_key="config", text=TEXT, target="any", threads=1)
     print(serve_table(json.loads(json_path.read_text())))
     console.print(f"wrote {json_path}")
 

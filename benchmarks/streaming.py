@@ -301,7 +301,9 @@ def main(
     console.print(table(rows, frames))
     console.print(profile_table(rows))
     console.print(f"stock ExecuTorch with its own quantizer (static int8): {rows[0]['stock_int8']}")
-    save_results(json_path, rows, frames=frames)
+    from phaseconv.targets import host_target
+
+    save_results(json_path, rows, frames=frames, target=host_target(), threads=threads)
     console.print(f"wrote {json_path}")
 
 

@@ -381,7 +381,11 @@ def main(
                 rows += worker_rows(__file__, arguments, f"{config}, {count} thread(s): speaking", console)
     measured = (lambda row: (row["config"], "file_mib" in row)) if memory_only else (lambda row: row["config"])
     binary = {"runner_binary_mib": RUNNER.stat().st_size / 2**20} if RUNNER.is_file() else {}
-    save_results(json_path, rows, partial_key=measured, runs=runs, texts=TEXTS, **binary)
+    from phaseconv.targets import host_target
+
+    save_results(
+        json_path, rows, partial_key=measured, runs=runs, texts=TEXTS, target=host_target(), threads=threads, **binary
+    )
     print(tts_tables(json.loads(json_path.read_text())))  # the tables the docs show
     console.print(f"wrote {json_path}")
 

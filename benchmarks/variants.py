@@ -404,7 +404,9 @@ def main(
             f"{alternative_ms:.3f}",
         )
     console.print(table)
-    save_results(json_path, rows, "case" if only else None, runs=runs)  # a partial run updates its rows
+    save_results(
+        json_path, rows, "case" if only else None, runs=runs, threads=threads, target="per case"
+    )  # a partial run updates its rows
     console.print(f"wrote {json_path}")
 
 

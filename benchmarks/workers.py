@@ -80,11 +80,15 @@ def run_record() -> dict:
     fields = {key.strip(): value.strip() for key, value in fields.items()}
     family = f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--", "src", "benchmarks", "runner"], capture_output=True, text=True, cwd=ROOT
+    )
     return {
         "cpu_family": family,
         "cores": len(os.sched_getaffinity(0)),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-        "commit": commit.stdout.strip() or None,
+        # "+changes": the code that measured differs from the commit's
+        "commit": (commit.stdout.strip() + ("+changes" if changed.stdout.strip() else "")) or None,
     }
 
 
@@ -102,13 +106,17 @@ def saved_rows(path: Path, key: str = "rows") -> list[dict]:
     return saved[key]
 
 
-def save_results(path: Path, rows: list[dict], partial_key: str | Callable | None = None, **meta) -> None:
-    """{"meta": meta + the machine, "rows": rows} as JSON at `path`. A partial run (`partial_key`: the
-    field that names a row, e.g. its model, or a function of the row) keeps the saved rows it did
-    not measure again."""
+def save_results(
+    path: Path, rows: list[dict], partial_key: str | Callable | None = None, *, target: str, threads, **meta
+) -> None:
+    """{"meta": meta + the machine, "rows": rows} as JSON at `path`. `target`: the CPU phaseconv lowered
+    for (phaseconv.targets); `threads`: XNNPACK's (a number, or the counts measured). A partial run
+    (`partial_key`: the field that names a row, e.g. its model, or a function of the row) keeps the
+    saved rows it did not measure again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if partial_key is not None and path.exists():
         key = partial_key if callable(partial_key) else operator.itemgetter(partial_key)
         fresh = {key(row) for row in rows}
         rows = [r for r in saved_rows(path) if key(r) not in fresh] + rows
+    meta |= {"target": target, "threads": threads}
     path.write_text(json.dumps({"meta": meta | machine() | run_record(), "rows": rows}, indent=2))
