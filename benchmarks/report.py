@@ -430,6 +430,15 @@ def serve(data: dict) -> str:
     return _machine(data["meta"], "python benchmarks/serve.py") + note + "\n\n" + _table(header, rows)
 
 
+def machine(data: dict) -> str:
+    """One line: the machine and the day a results file was measured (the README's lead)."""
+    meta = data["meta"]
+    family = f" ({meta['cpu_family']}, {meta['cores']} cores)" if meta.get("cpu_family") else ""
+    unit = f", {meta['vector_unit']}" if meta.get("vector_unit") else ""
+    when = f" on {meta['date']} at commit {meta['commit']}" if meta.get("date") else ""
+    return f"The tables here were last measured on {meta.get('cpu', 'an x86-64 CPU')}{family}{unit}{when}."
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
     "console": console,
     "frames_per_call": frames_per_call,
@@ -438,6 +447,7 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "int8_sensitivity": int8_sensitivity,
     "lowering": lowering,
     "lstm_loop": lstm_loop,
+    "machine": machine,
     "models": models,
     "operators": operators,
     "serve": serve,
