@@ -31,6 +31,7 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.report import serve as serve_table  # noqa: E402
+from benchmarks.serving import Server, chrome, form  # noqa: E402
 from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=200)
@@ -53,8 +54,6 @@ def lowered(config: str, cache: Path, folder: Path) -> Path:
 
 def timed_request(server) -> tuple[float, dict]:
     """One POST /tts: milliseconds to the first PCM bytes at the client, and the server's report."""
-    from tests.tts.test_server import form
-
     body, content_type = form(text=TEXT, voice_url="alba")
     client = server.connection()
     start = time.perf_counter()
@@ -72,8 +71,6 @@ def screenshot(server, path: Path) -> None:
     from selenium import webdriver
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-
-    from tests.tts.test_server import chrome
 
     driver = chrome(webdriver)
     try:
@@ -95,7 +92,6 @@ def main(
     screenshot_path: Path | None = typer.Option(None, "--screenshot", help="save the page, after it spoke, here"),
 ) -> None:
     from phaseconv.tts.stand_ins import stand_in_cache
-    from tests.tts.test_server import Server
 
     with tempfile.TemporaryDirectory() as folder:
         cache = Path(folder) / "hf"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from phaseconv.tts.contract import METHODS, generate_method
+from phaseconv.tts.contract import METHODS, decode_method, generate_method
 from phaseconv.tts.stand_ins import environment, offline_cache, stand_in_cache, stand_in_tokenizer, stand_in_voice
 from tests.cli.test_cli import FACTORY, PHASECONV, ROOT, phaseconv, phaseconv_here
 
@@ -68,9 +68,11 @@ def test_lower_takes_the_configs_weights_tokenizer_and_voices(program, cache):
     # a 30 s voice, 50 tokens and all the frames pocket-tts allows them, in blocks of 64
     assert settings["capacity"] == 704 and settings["generate_blocks"] == [2, 5, 8, 10]
     constants = {"settings", "tokenizer"}  # and voice_alba: methods that return a constant, summarized apart
-    fixed = {m.name for m in METHODS if not m.name.endswith(("_B", "_NAME"))} - constants
+    fixed = {m.name for m in METHODS if not m.name.endswith(("_B", "_N", "_NAME"))} - constants
+    sized = {generate_method(b) for b in settings["generate_blocks"]}
+    sized |= {decode_method(frames) for frames in settings["decode_frames"]}
     methods = summary["methods"]
-    assert set(methods) == fixed | {generate_method(b) for b in settings["generate_blocks"]}
+    assert set(methods) == fixed | sized
     assert all(methods[generate_method(b)]["partitions"] == 1 for b in settings["generate_blocks"])
     assert methods["decode"]["partitions"] == 1 and set(methods["decode"]["outside"]) == {"aten::copy_"}
 
@@ -254,3 +256,46 @@ def test_summary_names_the_frame_methods_once_when_they_lower_alike():
     ]
     unlike = {"generate_0": summary(1), "generate_1": summary(2)}
     assert [names for names, _ in numbered_methods(unlike)] == [["generate_0"], ["generate_1"]]
+
+
+def article(words: int = 2000, seed: int = 0) -> str:
+    """`words` words in sentences of 5 to 40 words, and every tenth sentence a run-on of 120 with no
+    punctuation (a chunk that has to be split at words to fit the cache)."""
+    import random
+
+    vocabulary = ["the", "a", "small", "model", "speaks", "every", "word", "of", "this", "long", "text"]
+    vocabulary += ["on", "a", "phone", "while", "you", "listen", "today"]
+    rng, sentences, count = random.Random(seed), [], 0
+    while count < words:
+        length = min(120 if len(sentences) % 10 == 9 else rng.randint(5, 40), words - count)
+        sentences.append(" ".join(rng.choice(vocabulary) for _ in range(length)).capitalize() + ".")
+        count += length
+    return " ".join(sentences)
+
+
+def resident_kib(pid: int) -> int:
+    return int(next(line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("VmRSS:")))
+
+
+@WHOLE_PROGRAM
+def test_a_2000_word_article_in_a_30_s_voice_is_spoken_whole_at_flat_memory(program, cache, tmp_path):
+    """Every chunk fits the cache with the voice (a chunk that would not is split at words, never cut),
+    and the runner's memory at the end is what it was after the first sentences."""
+    text, voice = article(), stand_in_voice(tmp_path / "voice30.wav", seconds=30.0)
+    assert len(text.split()) == 2000
+    summary = tmp_path / "summary.json"
+    command = [*PHASECONV, "tts", str(program[1]), text, "--voice", str(voice), "--pcm", "--json", str(summary)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    second = 24000 * 2
+    received, early, late = 0, None, None
+    while data := process.stdout.read(second):
+        received += len(data)
+        if early is None and received >= 5 * second:  # the first sentences spoken
+            early = resident_kib(process.pid)
+        late = resident_kib(process.pid) if process.poll() is None else late
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr.decode()[-2000:]
+    report = json.loads(summary.read_text())
+    assert report["split_chunks"] > 0 and report["chunks"] == len(report["eos_frames"])
+    assert report["frames"] * 1920 * 2 == received
+    assert late <= early * 1.05, (early, late)
