@@ -70,17 +70,17 @@ CPP = "C++ runner: "
 def cpp_speech(path: str, text: str, wav: Path, threads: int) -> tuple[dict, float]:
     """The C++ runner speaking `text` with the program in a process of its own, temperature 0 and end
     of speech disabled: its summary, and the process's peak resident memory (MiB)."""
-    import os
-
     with tempfile.TemporaryDirectory() as folder:
-        command = [str(RUNNER), path, text, "--voice", str(wav), "--temperature", "0", "--eos-threshold", "inf"]
-        command += ["--threads", str(threads), "-o", f"{folder}/out.wav", "--json", f"{folder}/summary.json"]
+        # peak memory by GNU time: a child forked from this process would count this one's pages as its own
+        command = ["/usr/bin/time", "-f", "%M", "-o", f"{folder}/peak_kib", str(RUNNER), path, text, "--voice"]
+        command += [str(wav), "--temperature", "0", "--eos-threshold", "inf", "--threads", str(threads)]
+        command += ["-o", f"{folder}/out.wav", "--json", f"{folder}/summary.json"]
         with open(f"{folder}/stderr", "w") as stderr:
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
-            _, status, usage = os.wait4(process.pid, 0)
+            status = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=stderr).returncode
         if status != 0:
             raise SystemExit(f"{' '.join(command)} failed:\n{Path(folder, 'stderr').read_text()[-3000:]}")
-        return json.loads(Path(folder, "summary.json").read_text()), usage.ru_maxrss / 1024
+        peak_kib = int(Path(folder, "peak_kib").read_text().split()[-1])
+        return json.loads(Path(folder, "summary.json").read_text()), peak_kib / 1024
 
 
 def memory_worker(program: Path, tokenizer: Path) -> None:

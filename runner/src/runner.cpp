@@ -250,8 +250,7 @@ class Runner::Decoder {
 
 Runner::Runner(const std::string& path, int threads, const std::optional<std::string>& tokenizer_path) {
   executorch::extension::threadpool::get_threadpool()->_unsafe_reset_threadpool(threads);
-  set_xnnpack_option("weight_cache_enabled", true);  // methods that read one weight share its packed copy
-  set_xnnpack_option("workspace_sharing_mode", 0);   // each delegate its own workspace: the threads run at once
+  set_xnnpack_option("workspace_sharing_mode", 0);  // each delegate its own workspace: the threads run at once
   std::FILE* exists = std::fopen(path.c_str(), "rb");
   if (exists == nullptr) throw UserError("no such file: " + path);
   std::fclose(exists);
@@ -268,6 +267,10 @@ Runner::Runner(const std::string& path, int threads, const std::optional<std::st
   decoder_ = std::make_unique<Module>(lm_->program(), nullptr, nullptr, nullptr, nullptr, true);
   for (const auto& name : *names) {
     bool decoding = name.rfind(method::kDecode, 0) == 0 || name == method::kResetDecoder;
+    // The language model's methods share one packed copy of its weights through XNNPACK's weight cache;
+    // the decoder's stay out of it, as a delegate that uses the cache runs under the cache's one lock
+    // and would wait for the language model's thread.
+    set_xnnpack_option("weight_cache_enabled", !decoding);
     auto error = (decoding ? *decoder_ : *lm_).load_method(name);
     if (error != executorch::runtime::Error::Ok) throw UserError(path + ": its method " + name + " does not load");
   }
