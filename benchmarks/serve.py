@@ -38,13 +38,14 @@ console = Console(width=200)
 TEXT = "Hello there. This is the server speaking, one frame at a time, while you listen."
 
 
-def lowered(config: str, cache: Path, folder: Path) -> Path:
+def lowered(config: str, cache: Path, folder: Path, target: str) -> Path:
     import subprocess
 
     from phaseconv.tts.stand_ins import environment
 
     path = folder / "tts.pte"
     command = [str(Path(sys.executable).with_name("phaseconv")), "lower", f"pocket-tts-tts:{config}", "-o", str(path)]
+    command += ["--target", target]
     with console.status(f"{config}: phaseconv lower"):
         result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **environment(cache)})
     if result.returncode != 0:
@@ -90,13 +91,15 @@ def main(
     program: Path | None = typer.Option(None, help="a program lowered for CONFIG, instead of lowering one"),
     json_path: Path = typer.Option(Path("results/serve.json"), "--json", help="where to write the results"),
     screenshot_path: Path | None = typer.Option(None, "--screenshot", help="save the page, after it spoke, here"),
+    target: str = typer.Option("host", help="the CPU target to lower for (phaseconv lower --target)"),
 ) -> None:
+    from phaseconv.targets import resolve_target
     from phaseconv.tts.stand_ins import stand_in_cache
 
     with tempfile.TemporaryDirectory() as folder:
         cache = Path(folder) / "hf"
         stand_in_cache(cache, config)
-        path = program or lowered(config, cache, Path(folder))
+        path = program or lowered(config, cache, Path(folder), target)
         file_mib = path.stat().st_size / 2**20
         server = Server(path, "--threads", 1)
         try:
@@ -126,7 +129,7 @@ def main(
         "rss_after_last_mib": after_last / 1024,
         "file_mib": file_mib,
     }
-    save_results(json_path, [row], partial_key="config", text=TEXT, target="any", threads=1)
+    save_results(json_path, [row], partial_key="config", text=TEXT, target=resolve_target(target), threads=1)
     print(serve_table(json.loads(json_path.read_text())))
     console.print(f"wrote {json_path}")
 
