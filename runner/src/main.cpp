@@ -162,12 +162,12 @@ int run(int argc, char** argv) {
   if (options.eos_threshold) runner.set_eos_threshold(*options.eos_threshold);
   const auto& settings = runner.settings();
   phaseconv::Report report;
-  report.load_ms = runner.load_ms();
   std::string unknown = runner.unknown_characters(options.text);
   if (!unknown.empty()) {
     std::fprintf(stderr, "the tokenizer reads %s as its unknown piece (pocket-tts speaks it so)\n", unknown.c_str());
   }
   runner.set_voice(options.voice, report);
+  report.load_ms = runner.load_ms();  // the speech methods load with the voice, after an audio voice's encoder
   std::string pcm;
   phaseconv::FrameSink sink = [&](const float* samples, size_t count) {
     std::string bytes = phaseconv::to_pcm16(samples, count);

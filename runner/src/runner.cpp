@@ -3,11 +3,14 @@
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/backend/options.h>
+#include <executorch/runtime/core/hierarchical_allocator.h>
+#include <executorch/runtime/core/span.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -31,6 +34,8 @@ namespace {
 using executorch::extension::Module;
 using executorch::extension::TensorPtr;
 using executorch::runtime::EValue;
+using executorch::runtime::HierarchicalAllocator;
+using executorch::runtime::Span;
 namespace key = contract::key;
 namespace method = contract::method;
 
@@ -248,14 +253,39 @@ class Runner::Decoder {
   std::thread thread_;  // last: it starts once the members above are ready
 };
 
-Runner::Runner(const std::string& path, int threads, const std::optional<std::string>& tokenizer_path) {
+// One thread's planned memory, buffers in MethodMeta's order: the first (temporaries) its own, sized to
+// the largest of its methods'; the others (the program's state) the runner's, shared with the other thread.
+class Runner::Arenas {
+ public:
+  Arenas(Module& module, const std::vector<std::string>& methods, std::vector<std::vector<uint8_t>>& state) {
+    size_t size = 0;
+    for (const auto& name : methods) {
+      auto meta = module.method_meta(name);
+      if (meta.ok() && meta->num_memory_planned_buffers() > 0) {
+        size = std::max(size, static_cast<size_t>(meta->memory_planned_buffer_size(0).get()));
+      }
+    }
+    own_.resize(size);
+    spans_.emplace_back(own_.data(), own_.size());
+    for (auto& buffer : state) spans_.emplace_back(buffer.data(), buffer.size());
+    allocator_ = std::make_unique<HierarchicalAllocator>(Span<Span<uint8_t>>(spans_.data(), spans_.size()));
+  }
+  HierarchicalAllocator* get() { return allocator_.get(); }
+
+ private:
+  std::vector<uint8_t> own_;
+  std::vector<Span<uint8_t>> spans_;
+  std::unique_ptr<HierarchicalAllocator> allocator_;
+};
+
+Runner::Runner(const std::string& path, int threads, const std::optional<std::string>& tokenizer_path) : path_(path) {
   executorch::extension::threadpool::get_threadpool()->_unsafe_reset_threadpool(threads);
   set_xnnpack_option("workspace_sharing_mode", 0);  // each delegate its own workspace: the threads run at once
   std::FILE* exists = std::fopen(path.c_str(), "rb");
   if (exists == nullptr) throw UserError("no such file: " + path);
   std::fclose(exists);
   double begin = now_ms();
-  lm_ = std::make_unique<Module>(path, Module::LoadMode::Mmap, nullptr, nullptr, nullptr, true);
+  lm_ = std::make_unique<Module>(path, Module::LoadMode::Mmap);
   auto names = lm_->method_names();
   if (!names.ok()) throw UserError(path + " is not an ExecuTorch program");
   if (!names->count(method::kSettings)) {
@@ -264,16 +294,35 @@ Runner::Runner(const std::string& path, int threads, const std::optional<std::st
   }
   auto text = run(*lm_, method::kSettings, {}).at(0).toString();
   settings_ = parse_settings(std::string(text.data(), text.size()), path);
-  decoder_ = std::make_unique<Module>(lm_->program(), nullptr, nullptr, nullptr, nullptr, true);
+  decoder_ = std::make_unique<Module>(lm_->program());
   for (const auto& name : *names) {
-    bool decoding = name.rfind(method::kDecode, 0) == 0 || name == method::kResetDecoder;
-    // The language model's methods share one packed copy of its weights through XNNPACK's weight cache;
-    // the decoder's stay out of it, as a delegate that uses the cache runs under the cache's one lock
-    // and would wait for the language model's thread.
-    set_xnnpack_option("weight_cache_enabled", !decoding);
-    auto error = (decoding ? *decoder_ : *lm_).load_method(name);
-    if (error != executorch::runtime::Error::Ok) throw UserError(path + ": its method " + name + " does not load");
+    if (name == method::kSettings || name == method::kTokenizer || name == method::kReadVoice) continue;
+    if (name.rfind(method::kVoice, 0) == 0 && settings_.voices.count(name.substr(std::strlen(method::kVoice)))) {
+      continue;  // a built-in voice: a constant, read when chosen
+    }
+    if (name == method::kResetEncoder || name == method::kVoiceStart || name == method::kEncodeVoice) {
+      encoder_methods_.push_back(name);
+    } else if (name.rfind(method::kDecode, 0) == 0 || name == method::kResetDecoder) {
+      decoder_methods_.push_back(name);
+    } else {
+      lm_methods_.push_back(name);
+    }
   }
+  for (const auto* methods : {&lm_methods_, &decoder_methods_, &encoder_methods_}) {
+    for (const auto& name : *methods) {
+      auto meta = lm_->method_meta(name);
+      if (!meta.ok()) throw UserError(path + ": its method " + name + " does not load");
+      for (size_t i = 1; i < meta->num_memory_planned_buffers(); ++i) {
+        if (state_.size() < i) state_.resize(i);
+        size_t size = static_cast<size_t>(meta->memory_planned_buffer_size(i).get());
+        if (state_[i - 1].size() < size) state_[i - 1].resize(size);
+      }
+    }
+  }
+  std::vector<std::string> lm_thread = lm_methods_;  // the voice encoder runs on the language model's thread
+  lm_thread.insert(lm_thread.end(), encoder_methods_.begin(), encoder_methods_.end());
+  lm_arenas_ = std::make_unique<Arenas>(*lm_, lm_thread, state_);
+  decoder_arenas_ = std::make_unique<Arenas>(*lm_, decoder_methods_, state_);
   std::string kind = settings_.tokenizer, data;
   if (tokenizer_path) {
     kind = tokenizer_kind(*tokenizer_path), data = read_file(*tokenizer_path, "tokenizer");
@@ -295,6 +344,43 @@ Runner::Runner(const std::string& path, int threads, const std::optional<std::st
   }
   load_ms_ = now_ms() - begin;
   decoder_thread_ = std::make_unique<Decoder>(*this, *decoder_);
+}
+
+void Runner::load(Module& module, Arenas& arenas, const std::vector<std::string>& methods, bool weight_cache) {
+  double begin = now_ms();
+  set_xnnpack_option("weight_cache_enabled", weight_cache);
+  for (const auto& name : methods) {
+    if (module.load_method(name, arenas.get()) != executorch::runtime::Error::Ok) {
+      throw UserError(path_ + ": its method " + name + " does not load");
+    }
+  }
+  load_ms_ += now_ms() - begin;
+}
+
+void Runner::load_speech() {
+  if (speech_loaded_) return;
+  // The language model's methods share one packed copy of its weights through XNNPACK's weight cache;
+  // the decoder's stay out of it, as a delegate that uses the cache runs under the cache's one lock
+  // and would wait for the language model's thread.
+  load(*lm_, *lm_arenas_, lm_methods_, true);
+  load(*decoder_, *decoder_arenas_, decoder_methods_, false);
+  speech_loaded_ = true;
+}
+
+std::vector<float> Runner::encode_voice(const std::vector<float>& audio) {
+  const Settings& s = settings_;
+  // Outside the weight cache, so that unloading frees the encoder's packed weights: they are needed once
+  load(*lm_, *lm_arenas_, encoder_methods_, false);
+  run(*lm_, method::kResetEncoder, {});
+  std::vector<float> conditioning;
+  if (s.voice_start) conditioning = values_of(run(*lm_, method::kVoiceStart, {}).at(0));
+  for (size_t at = 0; at < audio.size(); at += s.frame_size) {
+    auto frame = floats({audio.begin() + at, audio.begin() + at + s.frame_size}, {1, 1, static_cast<int>(s.frame_size)});
+    auto encoded = values_of(run(*lm_, method::kEncodeVoice, {*frame}).at(0));
+    conditioning.insert(conditioning.end(), encoded.begin(), encoded.end());
+  }
+  for (const auto& name : encoder_methods_) lm_->unload_method(name);
+  return conditioning;
 }
 
 Runner::~Runner() = default;
@@ -376,35 +462,26 @@ void Runner::load_state(const VoiceState& state) {
 
 void Runner::set_voice(const std::optional<std::string>& chosen, Report& report) {
   const Settings& s = settings_;
-  double begin = now_ms();
+  double begin = now_ms(), loading = load_ms_;
   std::optional<std::string> voice = chosen ? chosen : s.default_voice;
-  run(*lm_, method::kClearCache, {});  // the cache holds numbers from here on
-  voice_positions_ = 0;
-  report.voice = "none";
+  std::optional<VoiceState> state;
+  std::vector<float> conditioning;  // an audio voice's: encoded before the speech methods load, so never both
+  std::string described = "none";
+  std::FILE* file = voice ? std::fopen(voice->c_str(), "rb") : nullptr;
+  if (file != nullptr) std::fclose(file);
   if (!voice) {
-    report.voice_ms = now_ms() - begin;
-    return;
-  }
-  std::FILE* file = std::fopen(voice->c_str(), "rb");
-  if (s.voices.count(*voice)) {
-    if (file != nullptr) std::fclose(file);
-    auto state = run(*lm_, std::string(method::kVoice) + *voice, {}).at(0).toTensor();
-    VoiceState loaded{values_of(state), s.layers, state.size(2), s.kv_heads, s.head_dim};
-    load_state(loaded);
-    voice_positions_ = loaded.positions, report.voice = *voice + " (built in)";
+  } else if (s.voices.count(*voice)) {
+    auto tensor = run(*lm_, std::string(method::kVoice) + *voice, {}).at(0).toTensor();
+    state = VoiceState{values_of(tensor), s.layers, tensor.size(2), s.kv_heads, s.head_dim};
+    described = *voice + " (built in)";
   } else if (file != nullptr && voice->size() > 12 && voice->substr(voice->size() - 12) == ".safetensors") {
-    std::fclose(file);
-    VoiceState state;
     try {
       state = read_voice_state(*voice);
     } catch (const std::runtime_error& error) {
       throw UserError(error.what());
     }
-    load_state(state);
-    voice_positions_ = state.positions;
-    report.voice = voice->substr(voice->find_last_of('/') + 1) + " (voice state)";
+    described = voice->substr(voice->find_last_of('/') + 1) + " (voice state)";
   } else if (file != nullptr) {
-    std::fclose(file);
     if (!s.voice_cloning) {
       throw UserError("this program's weights have no voice cloning: it speaks in its built-in voices or a "
                       ".safetensors voice state; for voice cloning, accept the terms at "
@@ -418,20 +495,10 @@ void Runner::set_voice(const std::optional<std::string>& chosen, Report& report)
     } catch (const std::runtime_error& error) {
       throw UserError(error.what());
     }
-    run(*lm_, method::kResetEncoder, {});
-    std::vector<float> conditioning;
-    if (s.voice_start) conditioning = values_of(run(*lm_, method::kVoiceStart, {}).at(0));
-    for (size_t at = 0; at < audio.size(); at += s.frame_size) {
-      auto frame = floats({audio.begin() + at, audio.begin() + at + s.frame_size}, {1, 1, static_cast<int>(s.frame_size)});
-      auto encoded = values_of(run(*lm_, method::kEncodeVoice, {*frame}).at(0));
-      conditioning.insert(conditioning.end(), encoded.begin(), encoded.end());
-    }
-    int64_t count = static_cast<int64_t>(conditioning.size()) / s.dim;
-    prompt(conditioning, count, 0);
-    voice_positions_ = count;
+    conditioning = encode_voice(audio);
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%g", s.max_voice_seconds);
-    report.voice = truncated ? std::string("audio, its first ") + seconds + " s" : "audio";
+    described = truncated ? std::string("audio, its first ") + seconds + " s" : "audio";
   } else {
     std::string carried;
     for (const auto& [name, _] : s.voices) carried += (carried.empty() ? "" : ", ") + name;
@@ -443,7 +510,19 @@ void Runner::set_voice(const std::optional<std::string>& chosen, Report& report)
                     " (`phaseconv tts PROGRAM --list-voices`); --voice also takes a .safetensors voice state or an "
                     "audio file");
   }
-  report.voice_ms = now_ms() - begin;
+  load_speech();
+  run(*lm_, method::kClearCache, {});  // the cache holds numbers from here on
+  voice_positions_ = 0;
+  if (state) {
+    load_state(*state);
+    voice_positions_ = state->positions;
+  } else if (!conditioning.empty()) {
+    int64_t count = static_cast<int64_t>(conditioning.size()) / s.dim;
+    prompt(conditioning, count, 0);
+    voice_positions_ = count;
+  }
+  report.voice = described;
+  report.voice_ms = now_ms() - begin - (load_ms_ - loading);
 }
 
 int64_t Runner::count_tokens(const std::string& text) const {
@@ -516,6 +595,7 @@ bool Runner::speak(const std::string& text, double temperature, uint64_t seed, c
   const Settings& s = settings_;
   temperature_ = temperature;
   generator_.seed(seed);
+  load_speech();
   double started = now_ms();
   auto planned = chunks(text);
   decoder_thread_->start(&sink, &report, started);

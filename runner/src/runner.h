@@ -94,7 +94,19 @@ class Runner {
   std::vector<float> noise();
   std::vector<executorch::runtime::EValue> run(executorch::extension::Module& module, const std::string& method,
                                                const std::vector<executorch::runtime::EValue>& inputs);
+  class Arenas;
+  void load(executorch::extension::Module& module, Arenas& arenas, const std::vector<std::string>& methods,
+            bool weight_cache);
+  void load_speech();
+  std::vector<float> encode_voice(const std::vector<float>& audio);
 
+  // Planned memory, declared before the modules that use it: the state (the cache, the decoder's and
+  // the encoder's) one copy for both threads, each thread its own temporaries.
+  std::vector<std::vector<uint8_t>> state_;
+  std::unique_ptr<Arenas> lm_arenas_, decoder_arenas_;
+  std::vector<std::string> lm_methods_, decoder_methods_, encoder_methods_;
+  bool speech_loaded_ = false;
+  std::string path_;
   std::unique_ptr<executorch::extension::Module> lm_, decoder_;
   std::unique_ptr<Tokenizer> tokenizer_;
   Settings settings_;
