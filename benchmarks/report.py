@@ -170,8 +170,8 @@ def tts(data: dict) -> str:
     for row in data["rows"]:
         if "text" in row:
             groups.setdefault((row["config"], row["threads"], row["text"], row["variant"]), []).append(row)
-    header = ["config", "threads", "text", "variant", "audio s", "first audio ms", "real-time factor", "vs eager"]
-    header += ["LM ms / frame", "decoder ms / frame"]
+    header = ["config", "threads", "text", "variant", "audio s", "first audio ms", "of it, text prompt ms"]
+    header += ["real-time factor", "vs eager", "LM ms / frame", "decoder ms / frame"]
 
     def median(runs, key):
         values = [r[key] for r in runs if r.get(key) is not None]
@@ -189,6 +189,7 @@ def tts(data: dict) -> str:
                 variant,
                 f"{median(runs, 'audio_seconds'):.1f}",
                 _ms(median(runs, "first_audio_ms")),
+                _ms(median(runs, "prompt_median_ms")),
                 f"{rtf:.3f}",
                 f"{eager / rtf:.2f}x",
                 _ms(median(runs, "lm_median_ms")),

@@ -14,6 +14,8 @@ import threading
 import uuid
 from pathlib import Path
 
+from benchmarks.workers import resident_kib
+
 ROOT = Path(__file__).resolve().parents[1]
 PHASECONV = str(Path(sys.executable).with_name("phaseconv"))
 
@@ -42,9 +44,8 @@ class Server:
         client.request("GET", path)
         return json.loads(client.getresponse().read())
 
-    def rss_kib(self) -> int:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
+    def rss_kib(self) -> int | None:
+        return resident_kib(self.process.pid)
 
     def stop(self) -> None:
         self.process.terminate()

@@ -346,7 +346,7 @@ def main(
     configs: str = typer.Option(DEFAULT_CONFIGS, help="pocket-tts configs, comma-separated"),
     threads: str = typer.Option("1,2", help="thread counts, comma-separated"),
     quantize: str = typer.Option(
-        "english_18m_2026-10=fp32/int8,english_2026-09=8da4w+8da4w/int8",
+        "english_18m_2026-10=fp32/int8+8da4w/int8,english_2026-09=8da4w+8da4w/int8",
         help="config=scheme[+scheme]: also lower that config quantized; a scheme is the LM's linears' (8da4w, "
         "8da8w or fp32), then optionally /int8 for the decoder (static int8, calibrated on the LM's latents)",
     ),

@@ -34,12 +34,18 @@ def worker_rows(script: str, arguments: list[str], status: str, console: Console
         return json.loads(out.read_text())
 
 
+def resident_kib(pid: int | str = "self") -> int | None:
+    """A process's resident memory (VmRSS), KiB; None once it has exited (a zombie has no VmRSS line)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    return next((int(line.split()[1]) for line in lines if line.startswith("VmRSS:")), None)
+
+
 def resident_mib() -> float:
     """This process's resident memory (VmRSS), MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return resident_kib() / 1024
 
 
 def library_code_mib(program: Path) -> float:
