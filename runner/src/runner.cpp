@@ -5,6 +5,7 @@
 #include <executorch/runtime/backend/options.h>
 #include <executorch/runtime/core/hierarchical_allocator.h>
 #include <executorch/runtime/core/span.h>
+#include <executorch/extension/threadpool/threadpool_guard.h>
 
 #include <algorithm>
 #include <chrono>
@@ -363,6 +364,9 @@ void Runner::load_speech() {
   // the decoder's stay out of it, as a delegate that uses the cache runs under the cache's one lock
   // and would wait for the language model's thread.
   load(*lm_, *lm_arenas_, lm_methods_, true);
+  // A delegate takes the process's one thread pool when it loads, and two threads calling into one pool
+  // wait for each other: the decoder's load without it and run on the decoder's thread alone.
+  executorch::extension::threadpool::NoThreadPoolGuard alone;
   load(*decoder_, *decoder_arenas_, decoder_methods_, false);
   speech_loaded_ = true;
 }
