@@ -254,19 +254,11 @@ class Runner::Decoder {
   std::thread thread_;  // last: it starts once the members above are ready
 };
 
-// One thread's planned memory, buffers in MethodMeta's order: the first (temporaries) its own, sized to
-// the largest of its methods'; the others (the program's state) the runner's, shared with the other thread.
+// One thread's planned memory, buffers in MethodMeta's order: the first (temporaries) its own, the others
+// (the program's state) the runner's, shared with the other thread.
 class Runner::Arenas {
  public:
-  Arenas(Module& module, const std::vector<std::string>& methods, std::vector<std::vector<uint8_t>>& state) {
-    size_t size = 0;
-    for (const auto& name : methods) {
-      auto meta = module.method_meta(name);
-      if (meta.ok() && meta->num_memory_planned_buffers() > 0) {
-        size = std::max(size, static_cast<size_t>(meta->memory_planned_buffer_size(0).get()));
-      }
-    }
-    own_.resize(size);
+  Arenas(size_t temporaries, std::vector<std::vector<uint8_t>>& state) : own_(temporaries) {
     spans_.emplace_back(own_.data(), own_.size());
     for (auto& buffer : state) spans_.emplace_back(buffer.data(), buffer.size());
     allocator_ = std::make_unique<HierarchicalAllocator>(Span<Span<uint8_t>>(spans_.data(), spans_.size()));
@@ -309,21 +301,28 @@ Runner::Runner(const std::string& path, int threads, const std::optional<std::st
       lm_methods_.push_back(name);
     }
   }
-  for (const auto* methods : {&lm_methods_, &decoder_methods_, &encoder_methods_}) {
+  // Each thread's temporaries sized to the largest of its methods' (the voice encoder runs on the language
+  // model's thread), the state to the largest of every method's.
+  size_t lm_temporaries = 0, decoder_temporaries = 0;
+  const std::pair<const std::vector<std::string>*, size_t*> by_thread[] = {
+      {&lm_methods_, &lm_temporaries}, {&encoder_methods_, &lm_temporaries}, {&decoder_methods_, &decoder_temporaries}};
+  for (const auto& [methods, temporaries] : by_thread) {
     for (const auto& name : *methods) {
       auto meta = lm_->method_meta(name);
       if (!meta.ok()) throw UserError(path + ": its method " + name + " does not load");
-      for (size_t i = 1; i < meta->num_memory_planned_buffers(); ++i) {
-        if (state_.size() < i) state_.resize(i);
+      for (size_t i = 0; i < meta->num_memory_planned_buffers(); ++i) {
         size_t size = static_cast<size_t>(meta->memory_planned_buffer_size(i).get());
+        if (i == 0) {
+          *temporaries = std::max(*temporaries, size);
+          continue;
+        }
+        if (state_.size() < i) state_.resize(i);
         if (state_[i - 1].size() < size) state_[i - 1].resize(size);
       }
     }
   }
-  std::vector<std::string> lm_thread = lm_methods_;  // the voice encoder runs on the language model's thread
-  lm_thread.insert(lm_thread.end(), encoder_methods_.begin(), encoder_methods_.end());
-  lm_arenas_ = std::make_unique<Arenas>(*lm_, lm_thread, state_);
-  decoder_arenas_ = std::make_unique<Arenas>(*lm_, decoder_methods_, state_);
+  lm_arenas_ = std::make_unique<Arenas>(lm_temporaries, state_);
+  decoder_arenas_ = std::make_unique<Arenas>(decoder_temporaries, state_);
   std::string kind = settings_.tokenizer, data;
   if (tokenizer_path) {
     kind = tokenizer_kind(*tokenizer_path), data = read_file(*tokenizer_path, "tokenizer");
@@ -474,6 +473,7 @@ void Runner::set_voice(const std::optional<std::string>& chosen, Report& report)
   std::FILE* file = voice ? std::fopen(voice->c_str(), "rb") : nullptr;
   if (file != nullptr) std::fclose(file);
   if (!voice) {
+    // none: the cache stays empty before the text
   } else if (s.voices.count(*voice)) {
     auto tensor = run(*lm_, std::string(method::kVoice) + *voice, {}).at(0).toTensor();
     state = VoiceState{values_of(tensor), s.layers, tensor.size(2), s.kv_heads, s.head_dim};
