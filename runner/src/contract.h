@@ -3,7 +3,7 @@
 #include <cstdint>
 
 namespace phaseconv::contract {
-constexpr int kVersion = 2;
+constexpr int kVersion = 3;
 constexpr const char* kKind = "pocket-tts-tts";
 constexpr int64_t kPromptTokens = 32;
 constexpr int64_t kVoicePositions = 64;
@@ -16,7 +16,7 @@ constexpr const char* kEmbedText = "embed_text";  // the text conditioning
 constexpr const char* kVoiceStart = "voice_start";  // the conditioning before an audio voice (when settings.voice_start)
 constexpr const char* kResetEncoder = "reset_encoder";  // the voice encoder's state to its start
 constexpr const char* kEncodeVoice = "encode_voice";  // one frame of an audio voice, encoded
-constexpr const char* kPrompt = "prompt";  // conditioning into the cache at the positions
+constexpr const char* kPrompt = "prompt_";  // conditioning into the cache at positions in blocks 0 .. B (B in settings.prompt_blocks)
 constexpr const char* kLoadVoice = "load_voice";  // a voice state (keys, then values, per layer) into the cache
 constexpr const char* kReadVoice = "read_voice";  // the cache at the positions, as load_voice takes it
 constexpr const char* kClearCache = "clear_cache";  // every slot of the cache to zero
@@ -34,6 +34,7 @@ constexpr const char* kVoiceCloning = "voice_cloning";
 constexpr const char* kCapacity = "capacity";
 constexpr const char* kCacheBlock = "cache_block";
 constexpr const char* kGenerateBlocks = "generate_blocks";
+constexpr const char* kPromptBlocks = "prompt_blocks";
 constexpr const char* kLayers = "layers";
 constexpr const char* kKvHeads = "kv_heads";
 constexpr const char* kHeadDim = "head_dim";

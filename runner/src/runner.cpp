@@ -93,6 +93,7 @@ Settings parse_settings(const std::string& text, const std::string& path) {
   s.prompt_tokens = json.at(key::kPromptTokens), s.voice_positions = json.at(key::kVoicePositions);
   s.pad = json.at(key::kPad);
   s.generate_blocks = json.at(key::kGenerateBlocks).get<std::vector<int64_t>>();
+  s.prompt_blocks = json.at(key::kPromptBlocks).get<std::vector<int64_t>>();
   s.decode_frames = json.at(key::kDecodeFrames).get<std::vector<int64_t>>();
   std::sort(s.decode_frames.rbegin(), s.decode_frames.rend());  // the most frames first
   s.voices = json.at(key::kVoices).get<std::map<std::string, int64_t>>();
@@ -135,6 +136,11 @@ void set_xnnpack_option(const char (&name)[N], executorch::runtime::OptionValue 
 
 int64_t Settings::max_generated_frames(int64_t tokens) const {
   return static_cast<int64_t>(std::ceil((tokens / tokens_per_second + gen_seconds_padding) * frame_rate));
+}
+
+int64_t Settings::block_for(const std::vector<int64_t>& ladder, int64_t position) const {
+  int64_t block = position / cache_block;
+  return *std::find_if(ladder.begin(), ladder.end(), [&](int64_t b) { return b >= block; });
 }
 
 // The decoder's thread: resets and latents in the order they were queued, the latents queued while it
@@ -429,7 +435,8 @@ void Runner::prompt(const std::vector<float>& embeddings, int64_t count, int64_t
     for (int64_t i = 0; i < part; ++i) places[i] = first + start + i;
     auto input = floats(std::move(padded), {1, static_cast<int>(size), static_cast<int>(dim)});
     auto positions = longs(std::move(places), {static_cast<int>(size)});
-    run(*lm_, method::kPrompt, {*input, *positions});
+    int64_t block = settings_.block_for(settings_.prompt_blocks, first + start + part - 1);
+    run(*lm_, method::kPrompt + std::to_string(block), {*input, *positions});
   }
   noise();  // a prompt call draws noise in pocket-tts
 }
@@ -617,14 +624,14 @@ bool Runner::speak(const std::string& text, double temperature, uint64_t seed, c
     std::optional<int64_t> eos_frame;
     int64_t first = voice_positions_ + count;
     for (int64_t step = 0; step < s.max_generated_frames(count) && !decoder_thread_->refused(); ++step) {
-      int64_t position = first + step, block = position / s.cache_block;
-      int64_t chosen = *std::find_if(s.generate_blocks.begin(), s.generate_blocks.end(), [&](int64_t b) { return b >= block; });
+      int64_t position = first + step;
       begin = now_ms();
       auto input = floats(latent, {1, 1, static_cast<int>(s.latent_dim)});
       auto flag = floats({start_flag}, {1});
       auto drawn = floats(noise(), {1, static_cast<int>(s.latent_dim)});
       auto where = longs({position}, {1});
-      auto outputs = run(*lm_, method::kGenerate + std::to_string(chosen), {*input, *flag, *drawn, *where});
+      auto outputs = run(*lm_, method::kGenerate + std::to_string(s.block_for(s.generate_blocks, position)),
+                         {*input, *flag, *drawn, *where});
       latent = values_of(outputs.at(0));
       float eos_logit = outputs.at(1).toTensor().const_data_ptr<float>()[0];
       report.lm_ms.push_back(now_ms() - begin);

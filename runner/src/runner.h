@@ -36,12 +36,14 @@ struct Settings {
   std::optional<double> noise_clamp;
   double frame_rate = 0, temperature = 0, eos_threshold = 0, tokens_per_second = 0, gen_seconds_padding = 0;
   double max_voice_seconds = 0;
-  std::vector<int64_t> generate_blocks, decode_frames;
+  std::vector<int64_t> generate_blocks, prompt_blocks, decode_frames;
   std::map<std::string, int64_t> voices;
   std::optional<std::string> default_voice, quantize, quantize_decoder;
   TextOptions text;
 
   int64_t max_generated_frames(int64_t tokens) const;
+  // The method of a ladder (generate_blocks, prompt_blocks) for `position`: the first that reads its block.
+  int64_t block_for(const std::vector<int64_t>& ladder, int64_t position) const;
 };
 
 struct Report {

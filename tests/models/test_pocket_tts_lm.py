@@ -23,6 +23,7 @@ from phaseconv.tts.program import (
     EmbedText,
     EncodeVoice,
     generate_blocks,
+    prompt_blocks,
     tts_programs,
     written_buffers,
 )
@@ -109,21 +110,21 @@ def test_each_reset_writes_the_state_its_methods_write_under_the_same_names():
 @torch.no_grad()
 def test_padded_calls_later_frame_methods_and_voice_states_give_the_same_frames():
     """What the program's fixed-size calls rely on: a prompt padded with PAD positions, a frame method
-    that reads more blocks than the frame needs, and a voice state loaded (LoadVoice) instead of
-    prompted give the frames of the plain calls; ReadVoice reads back the state the prompt wrote."""
+    that reads more blocks than the frame needs, a prompt that reads only the blocks up to its last
+    position, and a voice state loaded (LoadVoice) instead of prompted give the frames of the plain
+    calls; ReadVoice reads back the state the prompt wrote."""
     tts = build_tts(CONFIGS[0])
     conditioning = torch.randn(1, 11, tts.flow_lm.dim, generator=torch.Generator().manual_seed(0))
     tokens = torch.randint(0, 4000, (1, 5), generator=torch.Generator().manual_seed(1))
 
-    def frames(voice, prompt_size, method_block, capacity=36):
+    def frames(voice, prompt_size, method_block, prompt_block=lambda last: None, capacity=36):
         flow_lm = with_cache(tts.flow_lm, capacity=capacity, block=8)
-        prompt = Prompt(flow_lm)
 
         def padded_prompt(embeddings, first):
             count = embeddings.shape[1]
             filler = torch.zeros(1, prompt_size - count, embeddings.shape[2])
             places = torch.cat([torch.arange(first, first + count), torch.full((prompt_size - count,), PAD)])
-            prompt(torch.cat([embeddings, filler], dim=1), places)
+            Prompt(flow_lm, prompt_block(first + count - 1))(torch.cat([embeddings, filler], dim=1), places)
 
         if voice is None:
             padded_prompt(conditioning, 0)
@@ -142,6 +143,10 @@ def test_padded_calls_later_frame_methods_and_voice_states_give_the_same_frames(
     plain, state = frames(None, 16, lambda p: p // 8)
     torch.testing.assert_close(frames(None, 24, lambda p: p // 8)[0], plain, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(frames(None, 16, lambda p: 4)[0], plain, rtol=1e-5, atol=1e-6)
+    # the voice's prompt reads blocks 0 .. 1 of 5, the text's block 1 alone holds its positions 11 .. 15
+    fewer_blocks, fewer_state = frames(None, 16, lambda p: p // 8, prompt_block=lambda last: last // 8)
+    torch.testing.assert_close(fewer_blocks, plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fewer_state, state, rtol=1e-5, atol=1e-6)
     loaded, again = frames(state, 16, lambda p: p // 8)
     torch.testing.assert_close(loaded, plain, rtol=1e-5, atol=1e-6)
     assert torch.equal(again, state) and state.shape == (8, 2, 11, 1, 64)
@@ -149,6 +154,10 @@ def test_padded_calls_later_frame_methods_and_voice_states_give_the_same_frames(
 
 def test_frame_methods_step_up_to_the_last_block():
     assert generate_blocks(11) == [2, 5, 8, 10] and generate_blocks(4) == [0, 1, 2, 3] and generate_blocks(2) == [0, 1]
+
+
+def test_prompt_methods_are_the_frame_ladders_first_step_and_the_last_block():
+    assert prompt_blocks([2, 5, 8, 10]) == [2, 10] and prompt_blocks([0]) == [0]
 
 
 def test_masks_follow_pocket_tts_rule():

@@ -9,9 +9,10 @@ A runner speaks an utterance in pocket-tts's order of calls:
     the voice, at positions 0 .. V - 1, once:
       a state (voice_NAME() or a .safetensors)  -> load_voice(state part, positions), VOICE_POSITIONS a call
       or audio                                  -> reset_encoder(); encode_voice(frame) per 1920 samples;
-                                                   prompt([voice_start(), encoded frames], positions)
+                                                   prompt_b([voice_start(), encoded frames], positions)
     per chunk of text, T tokens:
-      embed_text(tokens) -> prompt(embeddings, positions V .. V + T - 1), PROMPT_TOKENS a call
+      embed_text(tokens) -> prompt_b(embeddings, positions V .. V + T - 1), PROMPT_TOKENS a call (the
+      first b in `prompt_blocks` with last position // cache_block <= b)
       reset_decoder()
       per frame at position p = V + T + step: generate_b (the first b in `generate_blocks` with
       p // cache_block <= b) -> latent, eos logit; decode(latent) -> 80 ms of PCM, or the latents
@@ -26,7 +27,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-VERSION = 2
+VERSION = 3
 KIND = "pocket-tts-tts"
 # Tokens per call of prompt, positions per call of load_voice and read_voice.
 PROMPT_TOKENS = 32
@@ -51,10 +52,10 @@ METHODS = (
     Method("reset_encoder", "", "[1]", "the voice encoder's state to its start"),
     Method("encode_voice", "audio [1, 1, frame_size]", "[1, 1, dim]", "one frame of an audio voice, encoded"),
     Method(
-        "prompt",
+        "prompt_B",
         f"embeddings [1, {PROMPT_TOKENS}, dim], positions int64 [{PROMPT_TOKENS}]",
         "[1, dim]",
-        "conditioning into the cache at the positions",
+        "conditioning into the cache at positions in blocks 0 .. B (B in settings.prompt_blocks)",
     ),
     Method(
         "load_voice",
@@ -91,6 +92,10 @@ def generate_method(block: int) -> str:
     return f"generate_{block}"
 
 
+def prompt_method(block: int) -> str:
+    return f"prompt_{block}"
+
+
 def voice_method(name: str) -> str:
     return f"voice_{name}"
 
@@ -111,6 +116,7 @@ class Settings:
     capacity: int
     cache_block: int
     generate_blocks: list[int]
+    prompt_blocks: list[int]
     # the model
     layers: int
     kv_heads: int
@@ -177,6 +183,11 @@ class Settings:
         """The generate method's block for a frame at `position`: the first that reads its block."""
         block = position // self.cache_block
         return next(b for b in self.generate_blocks if b >= block)
+
+    def prompt_block(self, last: int) -> int:
+        """The prompt method's block for a call whose last position is `last`: the first that holds it."""
+        block = last // self.cache_block
+        return next(b for b in self.prompt_blocks if b >= block)
 
 
 def settings_keys() -> list[str]:

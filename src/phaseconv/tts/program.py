@@ -43,6 +43,7 @@ from phaseconv.tts.contract import (
     Settings,
     decode_method,
     generate_method,
+    prompt_method,
     voice_method,
 )
 from phaseconv.tts.model import Model, tokenizer_kind
@@ -163,6 +164,13 @@ def generate_blocks(blocks: int, methods: int = GENERATE_METHODS) -> list[int]:
     return sorted({math.ceil(blocks * step / methods) - 1 for step in range(1, methods + 1)})
 
 
+def prompt_blocks(frame_blocks: list[int]) -> list[int]:
+    """The last block each prompt method reads: the frame methods' first step (a voice of a few seconds
+    and the first chunk of text after it lie there: the prompt time to first audio waits for), and
+    the last block."""
+    return sorted({frame_blocks[0], frame_blocks[-1]})
+
+
 def _voice_start(tts: nn.Module) -> bool:
     return bool(tts.flow_lm.insert_bos_before_voice)
 
@@ -178,6 +186,7 @@ def settings_of(model: Model, capacity: int, blocks: list[int], quantize, quanti
         capacity=capacity,
         cache_block=CACHE_BLOCK,
         generate_blocks=blocks,
+        prompt_blocks=prompt_blocks(blocks),
         layers=len(tts.flow_lm.transformer.layers),
         kv_heads=attention.num_kv_heads,
         head_dim=attention.dim_per_head,
@@ -229,7 +238,7 @@ def _fresh_mask_cache():
 RESETS = {
     "reset_encoder": ["encode_voice"],
     "reset_decoder": ["decode"],  # and decode_2, ...
-    "clear_cache": ["prompt", "generate", "load_voice"],  # generate_0, generate_1, ...: one per ladder step
+    "clear_cache": ["prompt", "generate", "load_voice"],  # prompt_B, generate_B: one per ladder step
 }
 
 
@@ -311,7 +320,14 @@ def tts_programs(
         "voice_start": (VoiceStart(tts), (), None),
         "encode_voice": (voice, (torch.zeros(1, 1, VOICE_FRAMES_PER_CALL * frame),), None),
         "reset_encoder": (ResetState(voice.encoder, "encoder"), (), None),
-        "prompt": (Prompt(flow_lm), (torch.zeros(1, PROMPT_TOKENS, dim), torch.arange(PROMPT_TOKENS)), None),
+        **{
+            prompt_method(block): (
+                Prompt(flow_lm, block),
+                (torch.zeros(1, PROMPT_TOKENS, dim), torch.arange(PROMPT_TOKENS)),
+                None,
+            )
+            for block in prompt_blocks(blocks)
+        },
         "load_voice": (LoadVoice(flow_lm), (state, positions), None),
         "read_voice": (ReadVoice(flow_lm), (torch.arange(VOICE_POSITIONS),), None),
         **{

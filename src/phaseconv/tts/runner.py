@@ -160,7 +160,8 @@ class Speaker:
         self._room(first, count)
         for start in range(0, count, size):
             part = embeddings[:, start : start + size]
-            self.program.prompt(padded(part, size, 1), positions(first + start, part.shape[1], size))
+            last = first + start + part.shape[1] - 1
+            self.program.prompt(padded(part, size, 1), positions(first + start, part.shape[1], size), last)
         self.noise()
 
     def load_state(self, state: torch.Tensor) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.tts.contract import METHODS, Settings, decode_method, generate_method, voice_method
+from phaseconv.tts.contract import METHODS, Settings, decode_method, generate_method, prompt_method, voice_method
 
-# Methods every program has (generate_B and voice_NAME: those its settings name).
+# Methods every program has (prompt_B, generate_B, decode_N and voice_NAME: those its settings name).
 REQUIRED = [m.name for m in METHODS if not m.name.endswith(("_B", "_NAME", "_N")) and m.name != "tokenizer"]
 
 
@@ -39,6 +39,7 @@ class SpeechProgram:
         except (ValueError, TypeError) as error:
             raise PhaseconvError(str(error)) from None
         wanted = REQUIRED + [generate_method(b) for b in self.settings.generate_blocks]
+        wanted += [prompt_method(b) for b in self.settings.prompt_blocks]
         wanted += [decode_method(frames) for frames in self.settings.decode_frames]
         missing = [name for name in wanted if name not in self.program.all_methods]
         if missing:
@@ -67,6 +68,11 @@ class SpeechProgram:
 
     def builtin_voice(self, name: str) -> torch.Tensor:
         return self.program.run((), voice_method(name))[0]
+
+    def prompt(self, embeddings: torch.Tensor, positions: torch.Tensor, last: int) -> list:
+        """Conditioning at `positions` (padded), by the prompt method whose blocks hold `last`, the last
+        real one."""
+        return self.program.run((embeddings, positions), prompt_method(self.settings.prompt_block(last)))
 
     def generate(self, latent: torch.Tensor, start: torch.Tensor, noise: torch.Tensor, position: int) -> list:
         """One frame at `position`, by the frame method whose blocks hold it."""

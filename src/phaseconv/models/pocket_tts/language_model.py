@@ -6,7 +6,9 @@ with `.item()`), then a flow head turns the last hidden state and Gaussian noise
 latent, and a linear layer gives the end-of-speech logit. Here the cache has a fixed capacity, in
 blocks of 64 positions, and the caller names the positions of each call's tokens:
 
-    prompt(embeddings [1, T, D], positions [T]) -> hidden [1, D]         (voice or text conditioning)
+    Prompt(flow_lm, block b): (embeddings [1, T, D], positions [T]) -> hidden [1, D]
+                                                           (voice or text conditioning at positions
+                                                           in blocks 0 .. b)
     Generate(flow_lm, block b): (latent, start, noise, positions [1]) -> (latent, eos_logit)
                                                            (one frame at a position in blocks 0 .. b)
     LoadVoice: (state [L, 2, T, H, D], positions [T])      (a voice state, as pocket-tts keeps it,
@@ -20,8 +22,8 @@ query attends them, so a call of a fixed number of tokens serves any number up t
 same mask rule (a token at position p sees the keys at positions <= p), over the cache's slots
 before the call's first position and over the call's own keys. The cache is read where it lies
 (two matrix products per block, no copy of it) and written after, at `positions`. A frame reads
-only the blocks up to its own, so its attention costs what the utterance so far holds, not the
-capacity; a prompt reads every block.
+only the blocks up to its own, and a prompt those up to its last position, so their attention and
+writes cost what the utterance so far holds, not the capacity.
 """
 
 from __future__ import annotations
@@ -218,15 +220,16 @@ def capacity_of(flow_lm: nn.Module) -> int:
 
 class Prompt(nn.Module):
     """Conditioning tokens (text embeddings or a voice's projected latents) through the transformer:
-    their keys and values written at `positions`; returns the last token's normalized hidden state."""
+    their keys and values written at `positions`, which lie in cache blocks 0 .. `block` (default:
+    the last); returns the last token's normalized hidden state."""
 
-    def __init__(self, flow_lm: nn.Module):
+    def __init__(self, flow_lm: nn.Module, block: int | None = None):
         super().__init__()
         self.transformer, self.out_norm = flow_lm.transformer, flow_lm.out_norm
+        self.blocks = len(cache_blocks(flow_lm)) if block is None else block + 1
 
     def forward(self, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        sizes = self.transformer.layers[0].self_attn.sizes
-        call = _call(positions, embeddings.shape[1], sizes, len(sizes))  # every block read, any written
+        call = _call(positions, embeddings.shape[1], self.transformer.layers[0].self_attn.sizes, self.blocks)
         return self.out_norm(self.transformer(embeddings, call)[:, -1])
 
 
