@@ -179,15 +179,17 @@ class Settings:
         seconds = tokens / self.tokens_per_second + self.gen_seconds_padding
         return math.ceil(seconds * self.frame_rate)
 
+    def block_for(self, ladder: list[int], position: int) -> int:
+        """The method of a ladder (generate_blocks, prompt_blocks) for `position`: the first that reads its block."""
+        return next(b for b in ladder if b >= position // self.cache_block)
+
     def generate_block(self, position: int) -> int:
-        """The generate method's block for a frame at `position`: the first that reads its block."""
-        block = position // self.cache_block
-        return next(b for b in self.generate_blocks if b >= block)
+        """The generate method's block for a frame at `position`."""
+        return self.block_for(self.generate_blocks, position)
 
     def prompt_block(self, last: int) -> int:
-        """The prompt method's block for a call whose last position is `last`: the first that holds it."""
-        block = last // self.cache_block
-        return next(b for b in self.prompt_blocks if b >= block)
+        """The prompt method's block for a call whose last position is `last`."""
+        return self.block_for(self.prompt_blocks, last)
 
 
 def settings_keys() -> list[str]:
