@@ -48,7 +48,7 @@ class LoadedProgram:
     the packed copy (benchmarks/tts.py measures the runner's memory, which loads from the path).
 
     Every method is initialized here, not on its first call (XNNPACK packs its weights then), so the
-    first call costs what the others do: time to first audio. A method that shares a buffer with
+    first call does not pack weights: time to first audio. A method that shares a buffer with
     another starts it from its initial value when initialized, so all are initialized before any
     runs.
     With `weight_cache` (XNNPACK's `weight_cache_enabled`), operators that read the same constant

@@ -109,7 +109,6 @@ def _decode_latents(path: str, threads: int, connection) -> None:
         set_threads(threads)
         program = SpeechProgram(Path(path), methods=lambda name: name.startswith("decode") or name in DECODER_OWN)
     sizes = sorted(program.settings.decode_frames, reverse=True)
-    program.reset_decoder()
     connection.send("ready")
     queued = collections.deque()
     while True:

@@ -46,6 +46,10 @@ class SpeechProgram:
             raise PhaseconvError(f"{path} is not a whole text-to-speech program: it has no {', '.join(missing)}")
         self.path = path
         self._tokenizer_file = tokenizer
+        if decode_method(1) in self.program.method_names:
+            start = time.perf_counter()
+            self.warm_decoder()
+            self.load_ms += (time.perf_counter() - start) * 1e3
 
     @property
     def voices(self) -> list[str]:
@@ -83,6 +87,12 @@ class SpeechProgram:
         """latents [1, N, latent_dim] at once (N in settings.decode_frames) -> pcm [N, frame_size]."""
         (pcm,) = self.program.run((latents,), decode_method(latents.shape[1]))
         return pcm.reshape(latents.shape[1], -1)
+
+    def warm_decoder(self) -> None:
+        """One frame of silence decoded, then the decoder reset: its first call's set-up (XNNPACK's
+        workspace, the first touch of its planned memory) paid while loading, not after the text."""
+        self.decode_frames(torch.zeros(1, 1, self.settings.latent_dim))
+        self.reset_decoder()
 
     def __getattr__(self, method: str) -> Callable:
         if method not in REQUIRED:
