@@ -6,7 +6,8 @@ import gc
 
 import pytest
 
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if ctypes.util.find_library("c") else None
+_LIBC_NAME = ctypes.util.find_library("c")
+_LIBC = ctypes.CDLL(_LIBC_NAME) if _LIBC_NAME else None
 
 
 @pytest.fixture(autouse=True, scope="module")
