@@ -7,7 +7,7 @@ from pathlib import Path
 from torch.export import ExportedProgram
 
 from phaseconv.files import write_atomically
-from phaseconv.graph.program import ProgramEditor, copy_program, declared_ranges_kept, functional
+from phaseconv.graph.program import ProgramEditor, copy_graph, declared_ranges_kept, functional
 from phaseconv.report import Decision
 from phaseconv.rules import Skip, resolve_rules
 
@@ -44,7 +44,7 @@ def rewrite_with_report(ep: ExportedProgram, rules=None) -> tuple[ExportedProgra
     """
     require_program(ep)
     rules = resolve_rules(rules)
-    program = functional(copy_program(ep))
+    program = functional(copy_graph(ep))
     decisions = []
     with declared_ranges_kept(program):
         for number in sorted({r.stage for r in rules}):

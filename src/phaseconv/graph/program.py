@@ -64,6 +64,19 @@ def copy_program(ep: ExportedProgram) -> ExportedProgram:
         return copy.deepcopy(ep)
 
 
+def copy_graph(ep: ExportedProgram) -> ExportedProgram:
+    """A copy whose graph, signature and dictionaries are new and whose parameters and tensor
+    constants are the original's tensors: a rewrite or a lowering changes which constants a program
+    holds, never a weight's values, and a weight copied per method is memory a program of many
+    methods cannot spare. Buffers, which running the program may write, are copied."""
+    kinds = {spec.target: spec.kind for spec in ep.graph_signature.input_specs if spec.target is not None}
+    weights = [*ep.state_dict.items(), *ep.constants.items()]
+    shared = {id(value): value for name, value in weights if kinds.get(name) != InputKind.BUFFER}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return copy.deepcopy(ep, memo=shared)
+
+
 class NotConstant(Exception):
     """A tensor the rewrite needs as a constant is computed from something else; the message says what."""
 

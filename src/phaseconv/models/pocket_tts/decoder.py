@@ -15,7 +15,6 @@ last context - 1 keys of fixed size.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import torch
@@ -24,6 +23,7 @@ from torch import nn
 
 from phaseconv.errors import PhaseconvError
 from phaseconv.models.pocket_tts.hub import DEFAULT_LANGUAGE, _pocket_tts, config_names, config_path
+from phaseconv.models.sharing import copy_sharing_parameters
 
 DEFAULT_CONFIG = DEFAULT_LANGUAGE
 
@@ -161,7 +161,7 @@ class StreamingStep(nn.Module):
         from pocket_tts.modules.attention import StreamingMultiheadAttention
         from pocket_tts.modules.conv import StreamingConv1d, StreamingConvTranspose1d
 
-        self.mimi = copy.deepcopy(mimi).eval()
+        self.mimi = copy_sharing_parameters(mimi).eval()
         self._state_slots: dict[str, dict[str, str]] = {}
         for name, module in list(self.mimi.named_modules()):
             if not include(name):

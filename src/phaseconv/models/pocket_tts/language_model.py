@@ -28,13 +28,13 @@ writes cost what the utterance so far holds, not the capacity.
 
 from __future__ import annotations
 
-import copy
 import functools
 
 import torch
 from torch import nn
 
 from phaseconv.errors import PhaseconvError
+from phaseconv.models.sharing import copy_sharing_parameters
 
 # Added to the scores of masked keys: exp(score - 1e30 - max) is exactly 0 in float32, as with -inf,
 # and 0 * NEG stays 0 where -inf would make NaN.
@@ -146,11 +146,11 @@ def with_cache(flow_lm: nn.Module, capacity: int, block: int = CACHE_BLOCK) -> n
 
 
 def _without_tokenizer_copy(flow_lm: nn.Module) -> nn.Module:
-    """A deep copy of the module; the tokenizer (a C++ object that does not copy) is shared."""
+    """A copy of the module over its parameters; the tokenizer (a C++ object that does not copy) is shared."""
     tokenizer = flow_lm.conditioner.tokenizer
     flow_lm.conditioner.tokenizer = None
     try:
-        copied = copy.deepcopy(flow_lm)
+        copied = copy_sharing_parameters(flow_lm)
     finally:
         flow_lm.conditioner.tokenizer = tokenizer
     copied.conditioner.tokenizer = tokenizer
