@@ -32,7 +32,8 @@ def _machine(meta: dict, command: str, verb: str = "Measured") -> str:
     phaseconv lowered for, threads, the command, the date and the commit."""
     cpu = meta.get("cpu") or "an x86-64 CPU (model not recorded)"
     unit = f", {meta['vector_unit']}" if meta.get("vector_unit") else ""
-    family = f" ({meta['cpu_family']}, {meta['cores']} cores)" if meta.get("cpu_family") else ""
+    memory = f", {meta['memory_gib']:g} GiB of memory" if meta.get("memory_gib") else ""
+    family = f" ({meta['cpu_family']}, {meta['cores']} cores{memory})" if meta.get("cpu_family") else ""
     threads = meta.get("threads")
     threads = f", {threads} thread{'s' if str(threads) != '1' else ''}" if threads is not None else ""
     target = f", target {meta['target']}" if meta.get("target") else ""
@@ -367,13 +368,14 @@ def operators(data: dict) -> str:
 def lowering(data: dict) -> str:
     """How long `phaseconv lower pocket-tts-tts:CONFIG` took, where the time went, the memory it held."""
     header = ["config", "cache positions", "seconds", "export s", "slowest methods s", "assembly s"]
-    header += ["peak MiB (its process / all its processes)", "file MiB"]
+    header += ["peak MiB, its process / all its processes", "file MiB"]
     rows = []
     for row in data["rows"]:
         slowest = sorted(row["methods_s"].items(), key=lambda item: -item[1])[:3]
+        workers = f" ({row['workers']} workers)" if row.get("workers") else ""
         rows.append(
             [
-                row["config"],
+                row["config"] + workers,
                 str(row["capacity"]),
                 f"{row['seconds']:.0f}",
                 f"{row['export_s']:.1f}",
@@ -384,7 +386,10 @@ def lowering(data: dict) -> str:
             ]
         )
     command = "python benchmarks/lowering.py"
-    note = " One run each, the methods lowered in one worker process per core, random weights."
+    note = (
+        " One run each, the methods lowered in one worker process per core unless said, random weights; memory"
+        " as proportional set size (a page two processes share counts half in each), sampled every 250 ms."
+    )
     return _machine(data["meta"], command) + note + "\n\n" + _table(header, rows)
 
 
@@ -434,7 +439,8 @@ def serve(data: dict) -> str:
 def machine(data: dict) -> str:
     """One line: the machine and the day a results file was measured (the README's lead)."""
     meta = data["meta"]
-    family = f" ({meta['cpu_family']}, {meta['cores']} cores)" if meta.get("cpu_family") else ""
+    memory = f", {meta['memory_gib']:g} GiB of memory" if meta.get("memory_gib") else ""
+    family = f" ({meta['cpu_family']}, {meta['cores']} cores{memory})" if meta.get("cpu_family") else ""
     unit = f", {meta['vector_unit']}" if meta.get("vector_unit") else ""
     when = f" on {meta['date']} at commit {meta['commit']}" if meta.get("date") else ""
     return f"The tables here were last measured on {meta.get('cpu', 'an x86-64 CPU')}{family}{unit}{when}."

@@ -89,9 +89,12 @@ def run_record() -> dict:
     changed = subprocess.run(
         ["git", "status", "--porcelain", "--", "src", "benchmarks", "runner"], capture_output=True, text=True, cwd=ROOT
     )
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    memory = next(line.split()[1] for line in meminfo if line.startswith("MemTotal:"))
     return {
         "cpu_family": family,
         "cores": len(os.sched_getaffinity(0)),
+        "memory_gib": round(int(memory) / 2**20, 1),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
         # "+changes": the code that measured differs from the commit's
         "commit": (commit.stdout.strip() + ("+changes" if changed.stdout.strip() else "")) or None,

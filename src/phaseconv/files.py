@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,4 +32,23 @@ def write_atomically(path: Path, content: bytes) -> None:
         os.replace(temporary, path)
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)
+        raise PhaseconvError(f"cannot write {path}: {error.strerror}") from None
+
+
+def place_atomically(path: Path, source: Path) -> None:
+    """A copy of the file `source` at `path` (a hard link where both lie on one file system: no bytes
+    move), through a temporary name beside `path`: a failure leaves no partial file."""
+    require_folder(path)
+    temporary = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        try:
+            os.link(source, temporary)
+        except OSError:  # another file system, or one without hard links
+            shutil.copyfile(source, temporary)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
         raise PhaseconvError(f"cannot write {path}: {error.strerror}") from None

@@ -79,6 +79,11 @@ def test_lower_takes_the_configs_weights_tokenizer_and_voices(program, cache):
     assert all(methods[generate_method(b)]["partitions"] == 1 for b in settings["generate_blocks"])
     assert all(methods[prompt_method(b)]["partitions"] == 1 for b in settings["prompt_blocks"])
     assert methods["decode"]["partitions"] == 1 and set(methods["decode"]["outside"]) == {"aten::copy_"}
+    # where the time and memory went: each method's stages (in its worker), the program's
+    stages = {(s["method"], s["stage"]) for s in summary["stages"]}
+    assert {(m, stage) for m in methods for stage in ("rewrite", "to_edge", "to_backend")} <= stages
+    assert {(None, "export"), (None, "assemble"), (None, "serialize")} <= stages
+    assert summary["memory"]["workers"] >= 1 and summary["memory"]["expected_peak_mib"] > 0
 
 
 @WHOLE_PROGRAM
@@ -228,13 +233,13 @@ def test_lower_tts_bad_config_and_options(tmp_path):
     result = phaseconv_here("lower", "pocket-tts-tts:no_such_config", "-o", tmp_path / "t.pte")
     assert result.returncode == 2 and "unknown pocket-tts config 'no_such_config'" in result.stderr
     result = phaseconv_here("lower", FACTORY, "-o", tmp_path / "t.pte", "--capacity", 64)
-    assert result.returncode == 2 and "--capacity and --quantize-decoder are for pocket-tts" in result.stderr
+    assert result.returncode == 2 and "--quantize-decoder, --workers and --profile-memory are for" in result.stderr
     result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--quantize", "int8")
     assert result.returncode == 2 and "--quantize takes 8da4w or 8da8w for pocket-tts-tts:CONFIG" in result.stderr
     result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--quantize-decoder", "int4")
     assert result.returncode == 2 and "--quantize-decoder takes int8, got 'int4'" in result.stderr
     result = phaseconv_here("lower", FACTORY, "-o", tmp_path / "t.pte", "--quantize-decoder", "int8")
-    assert result.returncode == 2 and "--quantize-decoder are for pocket-tts-tts:CONFIG" in result.stderr
+    assert result.returncode == 2 and "--workers and --profile-memory are for pocket-tts-tts:CONFIG" in result.stderr
     result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--no-weight-cache")
     assert result.returncode == 2 and "--no-weight-cache is not for pocket-tts-tts:CONFIG" in result.stderr
     result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--random-weights", "--weights", "m.safetensors")
@@ -242,6 +247,27 @@ def test_lower_tts_bad_config_and_options(tmp_path):
     result = phaseconv_here("lower", TTS, "-o", tmp_path / "t.pte", "--random-weights", "--voices", "alba")
     assert result.returncode == 2 and "built-in voices are states of the config's released weights" in result.stderr
     assert not (tmp_path / "t.pte").exists()
+
+
+def test_lower_tts_says_the_memory_it_takes_and_refuses_where_the_machine_has_too_little(cache, tmp_path):
+    """Before the heavy part: one line, exit 2, naming --workers 1 where that fits; nothing written."""
+    from unittest import mock
+
+    from phaseconv.tts.footprint import Footprint
+    from phaseconv.tts.model import build_tts
+
+    footprint = Footprint.of(build_tts(CONFIG, seed=0))
+    out = tmp_path / "t.pte"
+    between = (footprint.peak_mib(1) + footprint.peak_mib(2)) / 2
+    with offline_cache(cache[0]), mock.patch("phaseconv.tts.footprint.available_mib", return_value=between):
+        result = phaseconv_here("lower", TTS, "-o", out, "--random-weights", "--workers", 2)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "lowering with 2 workers takes about" in result.stderr and "lower with --workers 1" in result.stderr
+    half = footprint.peak_mib(1) / 2
+    with offline_cache(cache[0]), mock.patch("phaseconv.tts.footprint.available_mib", return_value=half):
+        result = phaseconv_here("lower", TTS, "-o", out, "--random-weights", "--workers", 2)
+    assert result.returncode == 2 and "even with --workers 1" in result.stderr
+    assert not out.exists()
 
 
 def test_summary_names_the_frame_methods_once_when_they_lower_alike():

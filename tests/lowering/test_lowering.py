@@ -82,32 +82,3 @@ def test_inspect_names_a_bad_file(tmp_path):
     junk.write_bytes(b"not a program at all" * 10)
     with pytest.raises(phaseconv.PhaseconvError, match="not an ExecuTorch program"):
         phaseconv.inspect(junk)
-
-
-def test_methods_lowered_one_at_a_time_and_side_by_side_give_the_bytes_of_one_lowering():
-    """lowering.xnnpack.assemble joins methods lowered on their own into the program that ExecuTorch's
-    one call over all of them gives, byte for byte, shared state included; and methods lowered in
-    forked workers (sent back through ExecuTorch's serde) give those bytes too."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-
-    from phaseconv.lowering.xnnpack import assemble, partitioner_configs
-    from tests.runtimes.test_executorch import StartOver, WriteAt
-
-    methods = {
-        "write": export(WriteAt(64), torch.ones(4, 1), torch.tensor([0])),
-        "start_over": export(StartOver(64)),
-        "upsample": export(TwoDeconvsWithElu(), torch.randn(1, 8, 6)),
-    }
-    together = to_edge_transform_and_lower(
-        dict(sorted(methods.items())),
-        partitioner=[XnnpackPartitioner(configs=partitioner_configs())],
-        compile_config=EdgeCompileConfig(_check_ir_validity=False),
-        constant_methods={"settings": "{}"},
-    )
-    one_call = assemble({name: together.exported_program(name) for name in together.methods}, {"settings": "{}"}).buffer
-    for workers in (1, 2):
-        lowered = phaseconv.lower(methods, rewrite=False, workers=workers, constant_methods={"settings": "{}"})
-        assert lowered.buffer == one_call, workers
-    program = LoadedProgram(one_call)
-    assert torch.equal(program.run((torch.ones(4, 1), torch.tensor([3])), "write")[0], torch.ones(4))

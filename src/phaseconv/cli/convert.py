@@ -74,6 +74,23 @@ Voices = Annotated[
         "or its cache has for the config)",
     ),
 ]
+Workers = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        min=1,
+        help=f"{TTS_PREFIX}CONFIG only: processes that lower the methods side by side (default: one per core); "
+        "fewer take less memory",
+    ),
+]
+ProfileMemory = Annotated[
+    bool,
+    typer.Option(
+        "--profile-memory",
+        help=f"{TTS_PREFIX}CONFIG only: where the time and memory went, stage by stage and method by method "
+        "(--json always has it)",
+    ),
+]
 Capacity = Annotated[
     int | None,
     typer.Option(
@@ -139,6 +156,8 @@ def lower(
     tokenizer: Tokenizer = None,
     voices: Voices = None,
     capacity: Capacity = None,
+    workers: Workers = None,
+    profile_memory: ProfileMemory = False,
     verbose: Verbose = False,
 ) -> None:
     """Rewrite MODEL and lower it to an ExecuTorch XNNPACK program file."""
@@ -150,19 +169,14 @@ def lower(
     if model.startswith(TTS_PREFIX):
         from phaseconv.cli.speech import lower_tts
 
-        if calibration is not None or keep_float:
-            raise PhaseconvError(
-                f"--calibration and --keep-float are not for {TTS_PREFIX}CONFIG: its LM's quantization needs "
-                "neither, its decoder's is calibrated on the LM's own latents"
-            )
-        if no_weight_cache:
-            raise PhaseconvError(f"--no-weight-cache is not for {TTS_PREFIX}CONFIG: `phaseconv tts` uses the cache")
+        _not_for_tts(calibration, keep_float, no_weight_cache)
         sources = (weights, random_weights, tokenizer, voices.split(",") if voices else None)
-        options = (capacity, quantize, quantize_decoder, no_rewrite, external_constants, target)
-        return lower_tts(model.removeprefix(TTS_PREFIX), output, sources, options, as_json, verbose)
-    if any(option is not None for option in (tokenizer, capacity, quantize_decoder, voices)):
+        options = (capacity, quantize, quantize_decoder, no_rewrite, external_constants, target, workers)
+        return lower_tts(model.removeprefix(TTS_PREFIX), output, sources, options, as_json, verbose, profile_memory)
+    if any(option is not None for option in (tokenizer, capacity, quantize_decoder, voices, workers)) or profile_memory:
         raise PhaseconvError(
-            f"--tokenizer, --voices, --capacity and --quantize-decoder are for {TTS_PREFIX}CONFIG programs, not {model}"
+            f"--tokenizer, --voices, --capacity, --quantize-decoder, --workers and --profile-memory are for "
+            f"{TTS_PREFIX}CONFIG programs, not {model}"
         )
     quantizing = quantization(quantize, calibration, keep_float)
     source = load_source(model, not no_prepare, weights, random_weights, lowering=True)
@@ -178,6 +192,16 @@ def lower(
         report |= {"delegation": {name: s.to_dict() for name, s in summaries.items()}}
         return print_json(report | ({"snr_db": snr} if snr is not None else {}))
     show_lowered(lowered, files, summaries, snr, quantize, target, verbose, no_rewrite, no_weight_cache)
+
+
+def _not_for_tts(calibration, keep_float, no_weight_cache) -> None:
+    if calibration is not None or keep_float:
+        raise PhaseconvError(
+            f"--calibration and --keep-float are not for {TTS_PREFIX}CONFIG: its LM's quantization needs "
+            "neither, its decoder's is calibrated on the LM's own latents"
+        )
+    if no_weight_cache:
+        raise PhaseconvError(f"--no-weight-cache is not for {TTS_PREFIX}CONFIG: `phaseconv tts` uses the cache")
 
 
 def quantization(flag: str | None, calibration: Path | None, keep_float: list[str] | None):

@@ -98,3 +98,25 @@ def show_summaries(summaries: dict) -> None:
 
 def show_written(files: list[Path]) -> None:
     line("wrote " + ", ".join(f"{f} ({f.stat().st_size:,} bytes)" for f in files))
+
+
+def show_stages(stages) -> None:
+    """Where a lowering's time and memory went: each stage, the process that ran it, its peak."""
+    header = ("process", "method", "stage", "seconds", "peak MiB", "MiB at its end (PSS)")
+    rows = [
+        (s.process, s.method or "", s.stage, f"{s.seconds:.1f}", f"{s.peak_mib:.0f}", f"{s.end_pss_mib:.0f}")
+        for s in stages
+    ]
+    if compact():
+        for row in rows:
+            line(
+                " ".join(f"{name}={value}" for name, value in zip(("process", "method", "stage"), row[:3]) if value)
+                + f": {row[3]} s, peak {row[4]} MiB, {row[5]} MiB at its end"
+            )
+        return
+    table = Table(title="where the time and memory went (peak: resident memory of that process)")
+    for column in header:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)

@@ -14,7 +14,7 @@ from rich.progress import Progress
 
 from phaseconv.cli.app import app, known_failures, note, print_json, quiet
 from phaseconv.cli.options import JsonFile, Threads, WavFile, audio_destination
-from phaseconv.cli.output import line, show_decisions, show_summaries, show_written
+from phaseconv.cli.output import line, show_decisions, show_stages, show_summaries, show_written
 from phaseconv.errors import PhaseconvError, parked_stderr
 from phaseconv.files import require_folder, write_atomically
 
@@ -64,24 +64,21 @@ def audio_sink(pcm: bool):
     return deliver, chunks
 
 
-def lower_tts(config, output: Path, sources, options, as_json: bool, verbose: bool) -> None:
+def lower_tts(config, output: Path, sources, options, as_json: bool, verbose: bool, profile_memory: bool) -> None:
     """`phaseconv lower pocket-tts-tts:CONFIG`: the whole text-to-speech model as one program."""
-    from phaseconv.models.pocket_tts.language_model import LINEAR_QUANTIZATION
-    from phaseconv.runtimes.pte import summarize_methods
+    from phaseconv.lowering.methods import default_workers
+    from phaseconv.tts.footprint import Footprint, memory_check
     from phaseconv.tts.model import DEFAULT_TTS_CONFIG, load_model
-    from phaseconv.tts.program import DECODER_QUANTIZATION, lower_tts
+    from phaseconv.tts.program import lower_tts
 
-    capacity, quantize, quantize_decoder, no_rewrite, external_constants, target = options
-    if quantize is not None and quantize not in LINEAR_QUANTIZATION:
-        raise PhaseconvError(
-            f"--quantize takes {' or '.join(LINEAR_QUANTIZATION)} for pocket-tts-tts:CONFIG (its LM's linears), "
-            f"got {quantize!r}"
-        )
-    if quantize_decoder is not None and quantize_decoder not in DECODER_QUANTIZATION:
-        raise PhaseconvError(f"--quantize-decoder takes {' or '.join(DECODER_QUANTIZATION)}, got {quantize_decoder!r}")
+    capacity, quantize, quantize_decoder, no_rewrite, external_constants, target, workers = options
+    _require_tts_quantization(quantize, quantize_decoder)
     config = config or DEFAULT_TTS_CONFIG
     weights, random_weights, tokenizer, voices = sources
     model = load_model(config, weights, tokenizer, random_weights, voices)
+    workers = workers or default_workers()
+    footprint = Footprint.of(model.tts)
+    note(memory_check(config, footprint, workers))
     err = Console(stderr=True)
     with known_failures(config, False), Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(f"lowering {config}'s methods", total=None)
@@ -89,18 +86,47 @@ def lower_tts(config, output: Path, sources, options, as_json: bool, verbose: bo
         def progress(method: str, took: float) -> None:
             bar.update(task, description=f"lowering {config}'s methods: {method} took {took:.0f} s")
 
-        lowered, settings = lower_tts(
-            model, capacity, quantize, quantize_decoder, not no_rewrite, external_constants, target, progress
-        )
+        lowering = (quantize, quantize_decoder, not no_rewrite, external_constants, target, progress, workers)
+        lowered, settings = lower_tts(model, capacity, *lowering, scratch=output.parent)
     files = lowered.save(output)
-    methods = summarize_methods(lowered.buffer)
     if as_json:
-        report = {"files": [str(f) for f in files], "settings": json.loads(settings.to_json())}
-        report |= {"lowering_s": lowered.seconds, "decisions": [d.to_dict() for d in lowered.decisions]}
-        return print_json(report | {"methods": {name: summary.to_dict() for name, summary in methods.items()}})
+        report = _tts_lowering_report(files, settings, lowered) | {"memory": footprint.to_dict(workers)}
+        return print_json(report | {"lowering_s": lowered.seconds, "stages": [s.to_dict() for s in lowered.stages]})
+    _show_tts_lowering(config, files, settings, lowered, verbose, profile_memory)
+
+
+def _require_tts_quantization(quantize: str | None, quantize_decoder: str | None) -> None:
+    from phaseconv.models.pocket_tts.language_model import LINEAR_QUANTIZATION
+    from phaseconv.tts.program import DECODER_QUANTIZATION
+
+    if quantize is not None and quantize not in LINEAR_QUANTIZATION:
+        raise PhaseconvError(
+            f"--quantize takes {' or '.join(LINEAR_QUANTIZATION)} for pocket-tts-tts:CONFIG (its LM's linears), "
+            f"got {quantize!r}"
+        )
+    if quantize_decoder is not None and quantize_decoder not in DECODER_QUANTIZATION:
+        raise PhaseconvError(f"--quantize-decoder takes {' or '.join(DECODER_QUANTIZATION)}, got {quantize_decoder!r}")
+
+
+def _methods_of(path: Path) -> dict:
+    from phaseconv.runtimes.pte import mapped, summarize_methods
+
+    with mapped(path) as data:
+        return summarize_methods(data)
+
+
+def _tts_lowering_report(files, settings, lowered) -> dict:
+    report = {"files": [str(f) for f in files], "settings": json.loads(settings.to_json())}
+    report |= {"decisions": [d.to_dict() for d in lowered.decisions]}
+    return report | {"methods": {name: summary.to_dict() for name, summary in _methods_of(files[0]).items()}}
+
+
+def _show_tts_lowering(config, files, settings, lowered, verbose: bool, profile_memory: bool) -> None:
     if lowered.decisions:
         show_decisions(lowered.decisions, verbose)
-    show_summaries(methods)
+    show_summaries(_methods_of(files[0]))
+    if profile_memory:
+        show_stages(lowered.stages)
     carried = ", ".join(settings.voices) or "none (audio voices and .safetensors states only)"
     default = f" (default {settings.default_voice})" if settings.default_voice else ""
     cloning = "yes" if settings.voice_cloning else "no (weights without voice cloning)"

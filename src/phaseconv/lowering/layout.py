@@ -28,12 +28,7 @@ quantized otherwise, more than six axes to transpose, or no transpose to save.
 
 from __future__ import annotations
 
-import contextlib
-from unittest import mock
-
 import torch
-from executorch.backends.xnnpack import xnnpack_preprocess
-from executorch.backends.xnnpack._passes import XNNPACKPassManager
 from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
 from executorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
 from executorch.backends.xnnpack.utils.quant_utils import tag_as_implicit_q_dq
@@ -248,20 +243,3 @@ class ChannelsLastChainsPass(ChannelsLastTaggedReshapePass):
         result.graph_module.graph.eliminate_dead_code()  # the chains moved on the buffer
         result.graph_module.recompile()
         return result
-
-
-class _PassManager(XNNPACKPassManager):
-    """XNNPACK's passes, with the layout pass extended and shape chains collapsed before it."""
-
-    def __init__(self, exported_program, passes=None):
-        super().__init__(exported_program, passes)
-        if not passes:
-            index = self.passes.index(ChannelsLastTaggedReshapePass)
-            self.passes[index : index + 1] = [CollapseShapeChainsPass, ChannelsLastChainsPass]
-
-
-@contextlib.contextmanager
-def shape_chains_on_buffer():
-    """While lowering: XNNPACK's preprocess with these passes (ExecuTorch 1.5.1 takes no others)."""
-    with mock.patch.object(xnnpack_preprocess, "XNNPACKPassManager", _PassManager):
-        yield

@@ -11,8 +11,11 @@ Facts of the stock lowering this module encodes (executorch 1.5.1):
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
@@ -32,8 +35,11 @@ from executorch.exir.passes import MemoryPlanningPass
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from phaseconv.graph.program import copy_program, declared_ranges_kept
-from phaseconv.lowering.layout import shape_chains_on_buffer
+from phaseconv.errors import PhaseconvError
+from phaseconv.graph.program import copy_graph, declared_ranges_kept
+from phaseconv.lowering.blobs import BlobFolder, spilled_as_serialized
+from phaseconv.lowering.passes import phaseconv_passes
+from phaseconv.lowering.profile import StageLog
 
 EXTERNAL_TAG = "_default_external_constant"
 # What phaseconv.lower adds to the stock lowering: XNNPACK's own ELU, shape chains moved on the buffer.
@@ -95,6 +101,19 @@ def shallow_provenance():
         NodeSource.__init__ = original
 
 
+class StagedPartitioner(XnnpackPartitioner):
+    """XNNPACK's partitioner, which says in `stages` when partitioning begins: the edge program is made."""
+
+    def __init__(self, configs: list, name: str, stages: StageLog | None):
+        super().__init__(configs=configs)
+        self.method, self.stages = name, stages
+
+    def partition(self, exported_program):
+        if self.stages is not None:
+            self.stages.start("to_backend", self.method)
+        return super().partition(exported_program)
+
+
 def lower_method(
     name: str,
     program: ExportedProgram,
@@ -102,21 +121,28 @@ def lower_method(
     shape_chains: bool = False,
     weight_cache: bool = True,
     external_constants: bool = False,
+    stages: StageLog | None = None,
+    blobs: BlobFolder | None = None,
 ) -> ExportedProgram:
-    """One method to the edge dialect, its XNNPACK partitions lowered (see to_xnnpack)."""
+    """One method to the edge dialect ("to_edge" in `stages`), its XNNPACK partitions lowered
+    ("to_backend": partitioning, and XNNPACK's preprocess, which serializes the weights, into `blobs`
+    if given) (see to_xnnpack)."""
+    if stages is not None:
+        stages.start("to_edge", name)
     # a copy: the stock lowering takes a tensor constant that several delegated ops read out of the
     # program it is given, which then neither lowers nor runs again (KeyError on the constant)
-    program = copy_program(program)
+    program = copy_graph(program)
     if external_constants:
         program = _tag_constants_external(program)
     configs = partitioner_configs(xnnpack_elu, weight_cache)
     with contextlib.ExitStack() as stack:
         stack.enter_context(declared_ranges_kept(program))
         stack.enter_context(shallow_provenance())
-        stack.enter_context(shape_chains_on_buffer() if shape_chains else contextlib.nullcontext())
+        stack.enter_context(phaseconv_passes() if shape_chains else contextlib.nullcontext())
+        stack.enter_context(spilled_as_serialized(blobs) if blobs is not None else contextlib.nullcontext())
         edge = to_edge_transform_and_lower(
             {name: program},
-            partitioner=[XnnpackPartitioner(configs=configs)],
+            partitioner=[StagedPartitioner(configs, name, stages)],
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
         )
     return edge.exported_program(name)
@@ -295,10 +321,20 @@ def _mutated_buffer_inputs(ep: ExportedProgram) -> list[str]:
     return [name for name, target in signature.inputs_to_buffers.items() if target in written]
 
 
-def external_data(manager: ExecutorchProgramManager) -> dict[str, bytes]:
-    """The .ptd files of a lowered program, by name (empty when every constant is in the .pte)."""
-    _ = manager.buffer  # serializing is what fills in the tensor data
-    return {name: bytes(cord) for name, cord in (manager._tensor_data or {}).items()}
+def write_program(manager: ExecutorchProgramManager, folder: str | Path | None) -> tuple[Path, Path | None]:
+    """The program's .pte, and its .ptd when constants are external, written to new files in `folder`
+    (default: the system's temporary folder) as ExecuTorch's serializer streams them from the
+    weights' files: a program of gigabytes is never whole in memory."""
+    data = manager._tensor_data or {}  # Cords, as the program's own: its pieces, the weights' files among them
+    if len(data) > 1:
+        raise PhaseconvError(f"expected one external data file, got {sorted(data)}")
+    paths = []
+    for suffix, write in [(".pte", manager.write_to_file), *((".ptd", cord.write_to_file) for cord in data.values())]:
+        handle, name = tempfile.mkstemp(prefix=".phaseconv-", suffix=suffix, dir=folder)
+        with os.fdopen(handle, "wb") as file:
+            write(file)
+        paths.append(Path(name))
+    return paths[0], paths[1] if len(paths) > 1 else None
 
 
 def _tag_constants_external(ep: ExportedProgram) -> ExportedProgram:

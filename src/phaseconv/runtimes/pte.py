@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import mmap
 import re
 import tempfile
 from collections import Counter
@@ -12,8 +14,8 @@ from pathlib import Path
 
 from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader, _get_schema_bytes
 from executorch.exir._serialize._flatbuffer import _flatc_decompile
-from executorch.exir._serialize._program import deserialize_pte_binary
-from executorch.exir.schema import DelegateCall, KernelCall
+from executorch.exir._serialize._program import _ExtendedHeader, _flatbuffer_to_program, _get_extended_header
+from executorch.exir.schema import BackendDelegateDataReference, DataLocation, DelegateCall, KernelCall, Program
 
 from phaseconv.errors import PhaseconvError
 
@@ -71,10 +73,31 @@ def summarize_pte(data: bytes) -> DelegationSummary:
     return summary
 
 
-def _deserialize(data: bytes):
+@dataclass
+class _Program:
+    """A program file's flatbuffer, parsed, and its bytes (its segments are read where they lie)."""
+
+    program: Program
+    data: bytes
+    segment_base: int
+
+    def delegate_data(self, reference: BackendDelegateDataReference) -> bytes:
+        if reference.location == DataLocation.INLINE:
+            return self.program.backend_delegate_data[reference.index].data
+        segment = self.program.segments[reference.index]
+        start = self.segment_base + segment.offset
+        return self.data[start : start + segment.size]
+
+
+def _parse(data: bytes) -> _Program:
+    """The program of a serialized program file, without copying its segments (its weights), which
+    ExecuTorch's deserialize_pte_binary does twice."""
     try:
-        return deserialize_pte_binary(data)
-    except Exception as error:  # the deserializer raises anything from struct to flatbuffer errors
+        header = _get_extended_header(data[: 8 + _ExtendedHeader.EXPECTED_LENGTH])  # it copies what it is given
+        if header is None:
+            return _Program(_flatbuffer_to_program(data), data, 0)
+        return _Program(_flatbuffer_to_program(data[: header.program_size]), data, header.segment_base_offset)
+    except Exception as error:  # the parser raises anything from struct to flatbuffer errors
         raise PhaseconvError(f"not an ExecuTorch program: {type(error).__name__}: {error}") from None
 
 
@@ -82,16 +105,16 @@ def planned_bytes(data: bytes) -> tuple[int, int]:
     """What a serialized program's execution plans reserve: the methods' own memory (planned memory
     id 1, their temporaries: summed over the methods, each has its own) and the state they share
     (ids 2 on, mutable buffers: held once)."""
-    plans = _deserialize(data).program.execution_plan
+    plans = _parse(data).program.execution_plan
     methods = sum(sum(plan.non_const_buffer_sizes[1:2]) for plan in plans)
     return methods, max(sum(plan.non_const_buffer_sizes[2:]) for plan in plans)
 
 
 def summarize_methods(data: bytes) -> dict[str, DelegationSummary]:
     """The delegation summary of each method of a serialized program (constant methods left out)."""
-    pte = _deserialize(data)
-    program = pte.program
-    inline = set(pte.named_data.pte_data) if pte.named_data is not None else set()
+    parsed = _parse(data)
+    program = parsed.program
+    inline = {named.key for named in program.named_data or []}
     summaries = {}
     for plan in program.execution_plan:
         if not plan.chains[0].instructions and not plan.inputs:
@@ -103,7 +126,7 @@ def summarize_methods(data: bytes) -> dict[str, DelegationSummary]:
                 summary.partitions += 1
                 delegate = plan.delegates[args.delegate_index]
                 if delegate.id == XNNPACK:
-                    graph = _xnnpack_graph(program.backend_delegate_data[delegate.processed.index].data)
+                    graph = _xnnpack_graph(parsed.delegate_data(delegate.processed))
                     summary.inside.update(node["xnode_union_type"] for node in graph["xnodes"])
                     keys = {c.get("named_key") for c in graph.get("constant_data", [])} - {None, ""}
                     summary.external_constants += len(keys - inline)
@@ -134,14 +157,24 @@ def _count_repacked_weights(graph: dict, summary: DelegationSummary) -> None:
         summary.repacked_bytes += int((count - 1) * math.prod(tensor.get("dims", [])) * element_bytes)
 
 
-def summarize_pte_file(path: str | Path) -> DelegationSummary:
+@contextlib.contextmanager
+def mapped(path: str | Path):
+    """A program file's bytes, mapped (read where they lie, never copied whole)."""
     path = Path(path)
     if not path.is_file():
         raise PhaseconvError(f"no such file: {path}")
-    try:
-        return summarize_pte(path.read_bytes())
-    except PhaseconvError as error:
-        raise PhaseconvError(f"{path}: {error}") from None
+    if path.stat().st_size == 0:
+        raise PhaseconvError(f"{path}: not an ExecuTorch program: the file is empty")
+    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        yield data
+
+
+def summarize_pte_file(path: str | Path) -> DelegationSummary:
+    with mapped(path) as data:
+        try:
+            return summarize_pte(data)
+        except PhaseconvError as error:
+            raise PhaseconvError(f"{path}: {error}") from None
 
 
 def data_file(path: Path) -> Path | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 
 import torch
 import torch.nn.functional as F
@@ -370,17 +369,23 @@ def lower_tts(
     target: str = "any",
     progress=None,
     workers: int | None = None,
+    scratch=None,
+    stages=None,
 ):
     """The text-to-speech program of a pocket-tts model, lowered: a LoweredProgram of its methods,
-    and its settings. Its methods are lowered in `workers` processes (default: one per core)."""
+    and its settings. Its methods are lowered in `workers` processes (default: one per core), their
+    weights waiting under `scratch` (phaseconv.lower); `stages` records where time and memory went."""
     from phaseconv.lowering import lower
     from phaseconv.lowering.methods import default_workers
+    from phaseconv.lowering.profile import StageLog
 
     if capacity is not None and capacity < 2 * PROMPT_TOKENS:
         raise PhaseconvError(f"--capacity {capacity}: the language model needs room for a prompt and frames")
-    start = time.perf_counter()
+    stages = stages if stages is not None else StageLog()
+    stages.start("export")
     programs, constants, settings = tts_programs(model, capacity, quantize, quantize_decoder)
-    exported = time.perf_counter() - start
+    stages.stop()
+    exported = stages.stages[-1].seconds
     lowered = lower(
         programs,
         rewrite=rewrite,
@@ -389,6 +394,8 @@ def lower_tts(
         constant_methods=constants,
         progress=progress,
         workers=workers or default_workers(),
+        scratch=scratch,
+        stages=stages,
     )
     lowered.seconds["export"] = exported
     return lowered, settings

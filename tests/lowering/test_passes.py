@@ -1,0 +1,62 @@
+"""XNNPACK's passes as phaseconv runs them: a pass that changed nothing does not retrace the graph,
+and the program is the same, byte for byte."""
+
+import contextlib
+from unittest import mock
+
+import pytest
+import torch
+
+import phaseconv
+from phaseconv.lowering import passes
+from phaseconv.models import DEMO_MODELS
+from phaseconv.rules import LOWERING_RULES
+from tests.helpers import export
+from tests.lowering.test_layout import Attention, Upsampler1d
+
+
+def int8_upsampler():
+    from phaseconv.quantize import quantize
+
+    torch.manual_seed(0)
+    calibration = [(torch.randn(1, 16, 40),) for _ in range(4)]
+    return quantize(Upsampler1d().eval(), calibration), calibration[0]
+
+
+def demo(name):
+    module, inputs = DEMO_MODELS[name]()
+    return export(module, *inputs), inputs
+
+
+CASES = {
+    "mimi-like decoder": lambda: demo("mimi-decoder"),
+    "MI-GAN-like generator (2-D, nearest, depthwise)": lambda: demo("migan"),
+    "attention": lambda: (export(Attention(), torch.randn(1, 20, 32)), (torch.randn(1, 20, 32),)),
+    "int8 upsampler": int8_upsampler,
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_pass_that_changed_nothing_skips_its_retrace_and_the_program_is_the_same(name):
+    from phaseconv.lowering.xnnpack import PHASECONV_LOWERING, to_xnnpack
+
+    program, _ = CASES[name]()
+    rewritten = phaseconv.rewrite(program, LOWERING_RULES)
+    retraced = []
+    original = passes.ExportPass.call
+
+    def counted(self, graph_module):
+        retraced.append(type(self).__name__)
+        return original(self, graph_module)
+
+    buffers, retraces = {}, {}
+    for skipping in (False, True):  # the first lowering in a process retraces more (set-up): the full one first
+        retraced.clear()
+        every_pass_retraces = mock.patch.object(passes, "_retracing_when_changed", lambda pass_class: pass_class)
+        with mock.patch.object(passes.ExportPass, "call", counted), contextlib.ExitStack() as stack:
+            if not skipping:
+                stack.enter_context(every_pass_retraces)
+            buffers[skipping] = to_xnnpack(rewritten, **PHASECONV_LOWERING).buffer
+        retraces[skipping] = len(retraced)
+    assert buffers[True] == buffers[False]
+    assert retraces[True] < retraces[False]
