@@ -372,7 +372,7 @@ def lowering(data: dict) -> str:
     rows = []
     for row in data["rows"]:
         slowest = sorted(row["methods_s"].items(), key=lambda item: -item[1])[:3]
-        workers = f" ({row['workers']} workers)" if row.get("workers") else ""
+        workers = f" ({row['workers']} worker{'s' if row['workers'] > 1 else ''})" if row.get("workers") else ""
         rows.append(
             [
                 row["config"] + workers,
