@@ -77,7 +77,10 @@ std::vector<float> upfirdn(const std::vector<float>& h, const std::vector<float>
 Audio read_wav(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) throw std::runtime_error("no such voice file: " + path);
-  std::string data((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  return wav_of(std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()), path);
+}
+
+Audio wav_of(const std::string& data, const std::string& path) {
   if (data.size() < 12 || data.compare(0, 4, "RIFF") != 0 || data.compare(8, 4, "WAVE") != 0) {
     throw std::runtime_error(path + " is not a WAV file (the C++ runner reads WAV voices)");
   }
@@ -104,6 +107,10 @@ Audio read_wav(const std::string& path) {
   bool pcm = format == 1 && (bits == 8 || bits == 16 || bits == 24 || bits == 32);
   if (samples == nullptr || channels < 1 || audio.rate < 1 || !(pcm || (format == 3 && bits == 32))) {
     throw std::runtime_error(path + " is not a WAV file of PCM or float samples");
+  }
+  if (audio.rate > kMaxSampleRate) {  // resampling's filter grows with the rate: bounded, as its memory
+    throw std::runtime_error(path + " has a sample rate of " + std::to_string(audio.rate) + " Hz; voices are read up to " +
+                             std::to_string(kMaxSampleRate) + " Hz");
   }
   size_t width = bits / 8, frames = size / (width * channels);
   if (frames == 0) throw std::runtime_error(path + " holds no audio");

@@ -13,9 +13,14 @@ struct Audio {
   int rate = 0;
 };
 
+// The highest sample rate a voice is read at (studio audio's).
+constexpr int kMaxSampleRate = 384000;
+
 // A WAV file (PCM of 8, 16, 24 or 32 bits, or 32-bit float), its channels averaged, as pocket-tts's
 // audio_read gives it; throws std::runtime_error for anything else.
 Audio read_wav(const std::string& path);
+// The same, from the file's bytes (`path` names it in messages).
+Audio wav_of(const std::string& data, const std::string& path);
 
 // scipy.signal.resample_poly(x, up, down) with its default Kaiser window (beta 5) and zero padding.
 std::vector<float> resample_poly(const std::vector<float>& x, int up, int down);

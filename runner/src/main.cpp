@@ -1,5 +1,5 @@
 // phaseconv-tts PROGRAM "text" [--voice NAME|FILE.safetensors|FILE.wav] [--temperature T] [--seed N]
-//               [--eos-threshold X] [--threads N] [--tokenizer FILE] [--stream] [-o out.wav] [--json summary.json]
+//               [--eos-threshold X] [--frames-after-eos N] [--threads N] [--tokenizer FILE] [--stream] [-o out.wav] [--json summary.json]
 //
 // Speaks through a text-to-speech program from `phaseconv lower pocket-tts-tts:CONFIG`, as
 // `phaseconv tts` does: the summary goes to stderr, --stream writes 16-bit mono PCM to stdout as
@@ -13,15 +13,17 @@
 #include <cstdio>
 #include <cstring>
 #include <locale>
-#include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <executorch/runtime/platform/platform.h>
 
+#include <phaseconv/tts.h>
+
 #include "audio.h"
-#include "runner.h"
+#include "text.h"
 
 namespace {
 
@@ -29,12 +31,16 @@ namespace {
 // carries the summary or one line of error; PHASECONV_TTS_LOG=1 lets them through.
 void quiet_log(et_timestamp_t, et_pal_log_level_t, const char*, const char*, size_t, const char*, size_t) {}
 
-using phaseconv::UserError;
+// Bad input, said in one line: exit status 2.
+struct UserError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct Options {
   std::string program, text;
   std::optional<std::string> voice, tokenizer, output, json;
   std::optional<double> temperature, eos_threshold;
+  std::optional<int64_t> frames_after_eos;
   uint64_t seed = 0;
   int threads = 1;
   bool stream = false;
@@ -42,7 +48,7 @@ struct Options {
 
 const char* kUsage =
     "usage: phaseconv-tts PROGRAM TEXT [--voice NAME|FILE.safetensors|FILE.wav] [--temperature T] [--seed N] "
-    "[--eos-threshold X] [--threads N] [--tokenizer FILE] [--stream] [-o out.wav] [--json summary.json]";
+    "[--eos-threshold X] [--frames-after-eos N] [--threads N] [--tokenizer FILE] [--stream] [-o out.wav] [--json summary.json]";
 
 template <typename T>
 T number(const std::string& flag, const std::string& text) {
@@ -70,6 +76,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--json") options.json = value();
     else if (flag == "--temperature") options.temperature = number<double>(flag, value());
     else if (flag == "--eos-threshold") options.eos_threshold = number<double>(flag, value());
+    else if (flag == "--frames-after-eos") options.frames_after_eos = number<int64_t>(flag, value());
     else if (flag == "--seed") options.seed = number<uint64_t>(flag, value());
     else if (flag == "--threads") options.threads = number<int>(flag, value());
     else if (flag == "--stream") options.stream = true;
@@ -108,48 +115,16 @@ void write_atomically(const std::string& path, const std::string& content) {
   }
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) return NAN;
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-nlohmann::json summary_of(const phaseconv::Report& report, const phaseconv::Settings& s, int threads) {
-  double seconds = static_cast<double>(report.frames * s.frame_size) / s.sample_rate;
-  nlohmann::json eos = nlohmann::json::array();
-  for (const auto& frame : report.eos_frames) eos.push_back(frame ? nlohmann::json(*frame) : nlohmann::json());
-  auto or_null = [](double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); };
-  return {
-      {"frames", report.frames},
-      {"chunks", report.chunks},
-      {"sample_rate", s.sample_rate},
-      {"samples_per_frame", s.frame_size},
-      {"load_ms", report.load_ms},
-      {"first_audio_ms", report.first_audio_ms},
-      {"voice_ms", report.voice_ms},
-      {"reset_ms", report.reset_ms},
-      {"voice", report.voice},
-      {"eos_frames", eos},
-      {"split_chunks", report.split_chunks},
-      {"decode_calls", report.decode_calls},
-      {"lm_median_ms", or_null(median(report.lm_ms))},
-      {"decode_median_ms", or_null(median(report.decode_ms))},
-      {"prompt_median_ms", or_null(median(report.prompt_ms))},
-      {"total_ms", report.total_ms},
-      {"audio_seconds", seconds},
-      {"real_time_factor", report.frames ? report.total_ms / 1e3 / seconds : INFINITY},
-      {"threads", threads},
-      {"pipeline", true},
-      {"precision", {{"lm", s.quantize.value_or("fp32")}, {"decoder", s.quantize_decoder.value_or("fp32")}}},
-  };
-}
-
 bool blank(const std::string& text) {
   for (char32_t c : phaseconv::to_utf32(text)) {
     if (!phaseconv::is_space(c)) return false;
   }
   return true;
+}
+
+// An Error from the library as this program says it: one line, status 2.
+void require(phaseconv::tts::Error error, const phaseconv::tts::Runner& runner) {
+  if (error != phaseconv::tts::Error::Ok) throw UserError(runner.error_message());
 }
 
 int run(int argc, char** argv) {
@@ -158,43 +133,42 @@ int run(int argc, char** argv) {
     if (path) require_folder(*path);
   }
   if (blank(options.text)) throw UserError("the text is empty");
-  phaseconv::Runner runner(options.program, options.threads, options.tokenizer);
-  if (options.eos_threshold) runner.set_eos_threshold(*options.eos_threshold);
-  const auto& settings = runner.settings();
-  phaseconv::Report report;
+  phaseconv::tts::Runner runner(options.program, {options.threads, options.tokenizer});
+  require(runner.load(), runner);
+  const auto& info = runner.info();
   std::string unknown = runner.unknown_characters(options.text);
   if (!unknown.empty()) {
     std::fprintf(stderr, "the tokenizer reads %s as its unknown piece (pocket-tts speaks it so)\n", unknown.c_str());
   }
-  runner.set_voice(options.voice, report);
-  report.load_ms = runner.load_ms();  // the speech methods load with the voice, after an audio voice's encoder
   std::string pcm;
-  phaseconv::FrameSink sink = [&](const float* samples, size_t count) {
+  bool refused = false;
+  auto sink = [&](const float* samples, size_t count) {
     std::string bytes = phaseconv::to_pcm16(samples, count);
     if (!options.stream) {
       pcm += bytes;
       return true;
     }
-    return std::fwrite(bytes.data(), 1, bytes.size(), stdout) == bytes.size() && std::fflush(stdout) == 0;
+    refused = std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size() || std::fflush(stdout) != 0;
+    return !refused;
   };
-  bool heard = runner.speak(options.text, options.temperature.value_or(settings.temperature), options.seed, sink,
-                            report);
-  if (!heard) return 1;  // the reader went away: nothing to say about it
-  if (options.output) write_atomically(*options.output, phaseconv::wav_bytes(pcm, settings.sample_rate));
-  nlohmann::json summary = summary_of(report, settings, options.threads);
-  if (options.json) write_atomically(*options.json, summary.dump(2));
+  phaseconv::tts::Stats stats;
+  phaseconv::tts::GenerationConfig config{options.voice, options.temperature, options.seed, options.eos_threshold,
+                                          options.frames_after_eos};
+  require(runner.generate(options.text, config, sink, [&](const auto& measured) { stats = measured; }), runner);
+  if (refused) return 1;  // the reader went away: nothing to say about it
+  if (options.output) write_atomically(*options.output, phaseconv::wav_bytes(pcm, static_cast<int>(info.sample_rate)));
+  if (options.json) write_atomically(*options.json, stats.to_json());
+  std::string split = stats.split_chunks ? "; " + std::to_string(stats.split_chunks) +
+                                               " chunk(s) split at words to fit the cache"
+                                         : "";
   std::fprintf(stderr,
                "%lld frames (%.2f s of audio, %lld chunk(s)) in voice %s at %d thread(s), LM %s, decoder %s, decoder "
                "on its own thread: first audio %.1f ms after the text, per frame median LM %.2f ms + decoder %.2f ms, "
                "real-time factor %.3f%s\n",
-               static_cast<long long>(report.frames), summary["audio_seconds"].get<double>(),
-               static_cast<long long>(report.chunks), report.voice.c_str(), options.threads,
-               settings.quantize.value_or("fp32").c_str(), settings.quantize_decoder.value_or("fp32").c_str(),
-               report.first_audio_ms, median(report.lm_ms), median(report.decode_ms),
-               summary["real_time_factor"].get<double>(),
-               report.split_chunks
-                   ? ("; " + std::to_string(report.split_chunks) + " chunk(s) split at words to fit the cache").c_str()
-                   : "");
+               static_cast<long long>(stats.frames), stats.audio_seconds(), static_cast<long long>(stats.chunks),
+               stats.voice.c_str(), options.threads, stats.lm_precision.c_str(), stats.decoder_precision.c_str(),
+               stats.first_audio_ms, stats.lm_median_ms.value_or(NAN), stats.decode_median_ms.value_or(NAN),
+               stats.real_time_factor(), split.c_str());
   return 0;
 }
 
@@ -209,9 +183,6 @@ int main(int argc, char** argv) {
   }
   try {
     return run(argc, argv);
-  } catch (const UserError& error) {
-    std::fprintf(stderr, "phaseconv-tts: error: %s\n", error.what());
-    return 2;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "phaseconv-tts: error: %s\n", error.what());
     return 2;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "charsmap.h"
 #include "text.h"
 
 namespace phaseconv {
@@ -16,6 +17,7 @@ class SentencePiece : public Tokenizer {
   explicit SentencePiece(const std::string& serialized) {
     auto status = processor_.LoadFromSerializedProto(serialized);
     if (!status.ok()) throw std::runtime_error("not a sentencepiece model: " + status.ToString());
+    for (const auto& charsmap : charsmaps_of(serialized)) require_sound_charsmap(charsmap);  // before any text
   }
   std::vector<int64_t> encode(const std::string& text) const override {
     std::vector<int> ids;

@@ -18,6 +18,8 @@ struct VoiceState {
 // A .safetensors voice state (keys `transformer.layers.N.self_attn/cache` and `/offset`, or the
 // older `/current_end`); throws std::runtime_error naming what is missing.
 VoiceState read_voice_state(const std::string& path);
+// The same, from the file's bytes (`path` names it in messages).
+VoiceState voice_state_of(const std::string& data, const std::string& path);
 
 // A voice prompt as pocket-tts reads one: mono, its first `max_seconds`, resampled to `rate`, ended
 // on a pause, zeros to whole frames of `frame_size`. `truncated`: whether it was longer.

@@ -22,6 +22,7 @@ pytest.importorskip("pocket_tts")
 
 BUILD = ROOT / "runner" / "build"
 RUNNER, TEXT_TOOL = BUILD / "phaseconv-tts", BUILD / "phaseconv-tts-text"
+API_CHECK, LIBRARY = BUILD / "phaseconv-tts-api-check", ROOT / "runner" / "install" / "lib" / "libphaseconv_tts.so"
 OPTIONS = ("pad_with_spaces_for_short_inputs", "remove_semicolons", "append_terminal_punctuation")
 OPTIONS += ("capitalize_first_letter", "replace_characters")
 
@@ -194,6 +195,69 @@ def test_bad_input_is_refused_as_the_python_runner_refuses_it(built, program, ar
         assert len(said.strip().splitlines()) == 1 and "error" in said, said
     assert python.returncode == result.returncode == 2, (python.stderr, result.stderr)
     assert not (program / "bad.wav").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["offset-past-file", "cache-longer-than-bytes", "overflowing-shape"])
+def test_a_voice_file_whose_header_lies_is_refused_in_one_line(built, program, name):
+    from tests.tts.test_cpp_readers import HOSTILE_STATES, voice_state
+
+    state = program / f"{name}.safetensors"
+    state.write_bytes(voice_state(layers=1, edit=HOSTILE_STATES[name]))
+    result = cpp(program / "tts.pte", "Hi.", "--voice", state, "-o", program / "hostile.wav")
+    said = result.stderr.decode()
+    assert result.returncode == 2 and len(said.strip().splitlines()) == 1 and "voice state" in said, said
+    assert not (program / "hostile.wav").exists()
+
+
+@pytest.mark.slow
+def test_the_library_keeps_its_promises_to_a_caller_in_cpp(built, program):
+    """stop() from another thread ends generate() within a frame; a failure on the decoder's thread is
+    an error and the next generate() speaks; bad input is an error and a message (tests/api_check.cpp)."""
+    result = subprocess.run([str(API_CHECK), str(program / "tts.pte")], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == ["stop", "decoder-failure", "errors"]
+
+
+@pytest.mark.slow
+def test_the_c_api_from_ctypes_speaks_as_phaseconv_tts_and_stops_and_refuses(built, program):
+    import sys
+
+    text = "A caller in another language. It hears the same."
+    expected = cpp(program / "tts.pte", text, "--temperature", 0, "--stream")
+    assert expected.returncode == 0, expected.stderr
+    out = program / "c_api.json"
+    command = [sys.executable, "-m", "tests.tts.c_api", str(LIBRARY), str(program / "tts.pte"), text, str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(out.read_text())
+    assert (seen["load"], seen["sample_rate"], seen["defaults"]) == (0, 24000, [-1.0, True, -1])
+    heard, said = np.array(seen["pcm16"]), np.frombuffer(expected.stdout, dtype="<i2").astype(np.int32)
+    assert seen["speak"] == 0 and heard.shape == said.shape and np.abs(heard - said).max() <= 1
+    assert seen["stats"]["frames"] * 1920 == heard.size
+    assert (seen["stop"], seen["stopped"]) == (0, True) and seen["frames_after_stop"] <= 1
+    assert seen["bad_voice"] == 2 and "no voice 'no-such-voice'" in seen["bad_voice_error"]
+    assert seen["no_callback"] == 2
+    assert seen["missing"] == 1 and "/no/such/program.pte" in seen["missing_error"]
+
+
+@pytest.mark.slow
+def test_an_app_built_against_the_installed_package_speaks_as_phaseconv_tts(built, program):
+    """runner/examples/speak, a C app that knows only find_package(phaseconv_tts), built by `./dev example`."""
+    build = subprocess.run([str(ROOT / "dev"), "example"], capture_output=True, text=True, timeout=900)
+    assert build.returncode == 0, build.stdout + build.stderr
+    text = "An app of its own, linked to the library."
+    app = subprocess.run(
+        [str(ROOT / "runner" / "build-example" / "speak"), str(program / "tts.pte"), text, str(program / "app.wav")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert app.returncode == 0, app.stderr
+    result = cpp(program / "tts.pte", text, "--temperature", 0, "-o", program / "cpp.wav")
+    assert result.returncode == 0, result.stderr
+    expected, heard = read_pcm(program / "cpp.wav"), read_pcm(program / "app.wav")
+    assert heard.shape == expected.shape and np.abs(heard - expected).max() <= 1
 
 
 def test_the_runner_follows_the_contract_module():

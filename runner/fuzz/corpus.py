@@ -1,0 +1,51 @@
+"""The fuzz targets' seed corpus: real files of each kind a reader takes, made here (a stand-in
+tokenizer of both kinds, a WAV voice, a voice state as pocket-tts exports one, a program's settings,
+texts), one folder per kind, and the tokenizer the text reader splits with.
+
+    python runner/fuzz/corpus.py FOLDER
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+CONFIG = "english_2m_2026-10"
+
+
+def main(folder: Path) -> None:
+    import torch
+    from pocket_tts.models.model_state import export_model_state
+
+    from phaseconv.models.pocket_tts import hub
+    from phaseconv.tts.model import Model, build_tts
+    from phaseconv.tts.program import settings_of
+    from phaseconv.tts.stand_ins import corpus, stand_in_tokenizer, stand_in_voice
+
+    if (folder / "done").exists():
+        return
+    kinds = {kind: folder / kind for kind in ("voice-state", "wav", "tokenizers", "sentencepiece", "settings", "text")}
+    for path in kinds.values():
+        path.mkdir(parents=True, exist_ok=True)
+    n_bins = hub.load_config(CONFIG).flow_lm.lookup_table.n_bins
+    stand_in_tokenizer(folder / "tokenizer.model", n_bins)
+    (kinds["sentencepiece"] / "tokenizer.model").write_bytes((folder / "tokenizer.model").read_bytes())
+    stand_in_tokenizer(kinds["tokenizers"] / "tokenizer.json", n_bins)
+    for seconds, rate in ((0.3, 16000), (0.2, 24000), (0.1, 44100)):
+        stand_in_voice(kinds["wav"] / f"voice_{rate}.wav", seconds=seconds, rate=rate)
+    tts = build_tts(CONFIG, tokenizer=kinds["tokenizers"] / "tokenizer.json")
+    with torch.no_grad():
+        state = tts.get_state_for_audio_prompt(kinds["wav"] / "voice_24000.wav", truncate=True)
+    export_model_state(state, kinds["voice-state"] / "voice.safetensors")
+    model = Model(tts, CONFIG, "random", True, kinds["tokenizers"] / "tokenizer.json")
+    settings = settings_of(model, 256, [0, 1, 2, 3], None, None)
+    (kinds["settings"] / "settings.json").write_text(settings.to_json())
+    for number, line in enumerate(corpus(lines=20, seed=1)):
+        (kinds["text"] / f"text_{number}.txt").write_text(line)
+    (kinds["text"] / "unicode.txt").write_text("Caf\u00e9 \u2019quotes\u2019 \u2014 \u00fcber 42%; \u4e2d\u6587. Done!")
+    (folder / "done").write_text(json.dumps(sorted(str(p) for p in folder.rglob("*") if p.is_file())))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
