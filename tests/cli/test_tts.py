@@ -188,15 +188,17 @@ def test_weights_without_voice_cloning_are_the_fallback_and_refuse_an_audio_voic
 
     from phaseconv.errors import PhaseconvError
     from phaseconv.models.pocket_tts import hub
-    from phaseconv.tts.runner import resolve_voice
+    from phaseconv.tts import TTSModel
 
     stand_in_cache(tmp_path, CONFIG, cloning=False, voices=())
     with offline_cache(tmp_path):
         found = hub.weights(CONFIG)
     assert not found.voice_cloning and found.source == "the config's, without voice cloning"
-    settings = SimpleNamespace(voices={}, voice_cloning=False, default_voice=None)
+    settings = SimpleNamespace(voices={}, voice_cloning=False, sample_rate=24000, frame_size=1920)
+    model = object.__new__(TTSModel)  # the check needs the program's settings alone
+    model.program = SimpleNamespace(settings=settings)
     with pytest.raises(PhaseconvError, match="accept the terms"):
-        resolve_voice(str(tmp_path / "voice.wav"), SimpleNamespace(settings=settings))
+        model.get_state_for_audio_prompt(tmp_path / "voice.wav")
 
 
 @pytest.fixture(scope="module")
@@ -327,3 +329,71 @@ def test_a_2000_word_article_in_a_30_s_voice_is_spoken_whole_at_flat_memory(prog
     assert report["split_chunks"] > 0 and report["chunks"] == len(report["eos_frames"])
     assert report["frames"] * 1920 * 2 == received
     assert early and late and late <= early * 1.05, (early, late)
+
+
+# pocket-tts's README example, as a user copies it; only the import and load lines differ.
+POCKET_TTS_USAGE = """
+{import_and_load}
+import scipy.io.wavfile
+
+voice_state = tts_model.get_state_for_audio_prompt(
+    "alba"  # One of the pre-made voices, see above
+)
+audio = tts_model.generate_audio(voice_state, "Hello world, this is a test.")
+# Audio is a 1D torch tensor containing PCM data.
+scipy.io.wavfile.write(OUTPUT, tts_model.sample_rate, audio.numpy())
+"""
+POCKET_TTS = f"from pocket_tts import TTSModel\ntts_model = TTSModel.load_model(language={CONFIG!r}, temp=0.0)"
+PHASECONV_TTS = "from phaseconv.tts import TTSModel\ntts_model = TTSModel.load_model(PROGRAM, temp=0.0)"
+
+
+def run_usage(import_and_load: str, cache, program, output) -> np.ndarray:
+    import scipy.io.wavfile
+
+    from phaseconv.stream import to_pcm16
+
+    with offline_cache(cache[0]), torch.no_grad():
+        exec(POCKET_TTS_USAGE.format(import_and_load=import_and_load), {"PROGRAM": program, "OUTPUT": output})
+    rate, audio = scipy.io.wavfile.read(output)
+    assert rate == 24000 and audio.ndim == 1
+    return np.frombuffer(to_pcm16(torch.from_numpy(audio)), dtype="<i2").astype(np.int32)
+
+
+@WHOLE_PROGRAM
+def test_pocket_tts_python_usage_runs_on_the_program_with_its_import_and_load_changed(program, cache, tmp_path):
+    expected = run_usage(POCKET_TTS, cache, program[1], tmp_path / "pocket.wav")
+    heard = run_usage(PHASECONV_TTS, cache, program[1], tmp_path / "phaseconv.wav")
+    assert heard.shape == expected.shape and np.abs(heard - expected).max() <= 1
+
+
+@WHOLE_PROGRAM
+def test_tts_model_streams_the_same_audio_stops_within_a_frame_and_keeps_voices_as_values(program, cache, tmp_path):
+    import threading
+
+    from pocket_tts.utils.utils import get_predefined_voice
+
+    from phaseconv.tts import TTSModel, export_model_state
+
+    text = "Hello world, this is a test. It has two sentences!"
+    with offline_cache(cache[0]):
+        model = TTSModel.load_model(program[1], temp=0.0)
+        alba = model.get_state_for_audio_prompt("alba")
+        from_url = model.get_state_for_audio_prompt(get_predefined_voice(language=CONFIG, name="alba"))
+    cloned = model.get_state_for_audio_prompt(cache[1]["wav"])
+    whole = model.generate_audio(alba, text)
+    assert whole.dim() == 1 and whole.numel() % 1920 == 0
+    assert torch.equal(torch.cat(list(model.generate_audio_stream(alba, text))), whole)
+    model.generate_audio(cloned, "Another voice between.")
+    assert torch.equal(model.generate_audio(alba, text), whole)  # nothing of one call reaches the next
+    assert torch.equal(model.generate_audio(from_url, text), whole)
+    export_model_state(cloned, tmp_path / "cloned.safetensors")
+    again = model.get_state_for_audio_prompt(tmp_path / "cloned.safetensors")
+    assert torch.equal(again.cache, cloned.cache)
+    stop, after_stop = threading.Event(), 0
+    for number, _ in enumerate(model.generate_audio_stream(alba, text * 3, stop=stop)):
+        after_stop += stop.is_set()
+        if number == 2:
+            stop.set()
+    assert number >= 2 and after_stop <= 1
+    shorter = model.generate_audio(alba, text, frames_after_eos=0, max_tokens=10)
+    assert shorter.numel() > 0

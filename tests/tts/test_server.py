@@ -15,6 +15,7 @@ import uuid
 import wave
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.serving import Server, chrome, form
@@ -184,3 +185,117 @@ def test_a_form_urlencoded_request_speaks_too(server):
     response = post(server, body, "application/x-www-form-urlencoded")
     assert response.status == 200
     assert len(response.read()) > 44
+
+
+class LocalServer:
+    """A SpeechService served from a thread of this process, so that a test can reach its program."""
+
+    def __init__(self, program: Path, voice: str | None = None, decoder=None):
+        from phaseconv.tts.server import SpeechService, serve
+        from phaseconv.tts.speech_program import SpeechProgram
+
+        self.service = SpeechService(SpeechProgram(program), voice, 4, 5000, decoder)
+        ready, found = threading.Event(), []
+        threading.Thread(
+            target=serve, args=(self.service, "127.0.0.1", 0, lambda url: (found.append(url), ready.set())), daemon=True
+        ).start()
+        assert ready.wait(60), "the server did not start"
+        parsed = urllib.parse.urlparse(found[0])
+        self.host, self.port, self.url = parsed.hostname, parsed.port, found[0]
+
+    connection, get = Server.connection, Server.get
+
+
+def fail_after(program, frames: int):
+    """The program's decoder fails at its `frames`-th call from now."""
+    calls, decode = [0], program.decode
+
+    def failing(latent):
+        calls[0] += 1
+        if calls[0] >= frames:
+            raise RuntimeError("the decoder broke")
+        return decode(latent)
+
+    program.decode = failing
+    return lambda: program.__dict__.pop("decode")
+
+
+@pytest.fixture(scope="module")
+def local(program, cache):
+    return LocalServer(program, voice=str(cache[1]["wav"]))
+
+
+def test_a_text_the_program_cannot_speak_is_a_4xx_before_any_audio(local):
+    response = post(local, *form(text="a" * 3000))
+    assert response.status == 400 and b"no room" in response.read()
+
+
+def test_a_failure_after_the_audio_began_ends_the_response_unfinished_and_is_counted(local):
+    failed = local.get("/stats")["failed"]
+    restore = fail_after(local.service.program, 3)
+    try:
+        response = post(local, *form(text=TEXT))
+        assert response.status == 200
+        with pytest.raises(http.client.IncompleteRead):
+            response.read()
+    finally:
+        restore()
+    assert local.get("/stats")["failed"] == failed + 1
+    assert len(speech(local, text=TEXT)) > 0  # and the next request speaks
+
+
+def test_an_uploaded_voice_state_speaks(local, cache):
+    uploaded = speech(local, text=TEXT, voice_wav=("voice.safetensors", cache[1]["alba"].read_bytes()))
+    assert uploaded == speech(local, text=TEXT, voice_url="alba")
+
+
+def test_the_default_voice_is_made_once(local, monkeypatch):
+    made = []
+    monkeypatch.setattr(local.service.model, "_cloned", lambda *args: made.append(args))
+    speech(local, text=TEXT)
+    speech(local, text=TEXT)
+    assert made == []
+
+
+def test_nothing_of_a_failed_request_reaches_the_next(program):
+    """With the decoder in a second process, the frames it still held when the request failed."""
+    from phaseconv.tts.decoding import DecoderProcess
+
+    decoder = DecoderProcess(program, 1)
+    try:
+        served = LocalServer(program, voice="alba", decoder=decoder)
+        expected = speech(served, text=TEXT)
+        generate, calls = served.service.program.generate, [0]
+
+        def failing(*inputs):
+            calls[0] += 1
+            if calls[0] == 6:
+                raise RuntimeError("the language model broke")
+            return generate(*inputs)
+
+        served.service.program.generate = failing
+        response = post(served, *form(text=TEXT))
+        with pytest.raises(http.client.IncompleteRead):
+            response.read()
+        served.service.program.__dict__.pop("generate")
+        heard, said = (np.frombuffer(pcm, dtype="<i2").astype(int) for pcm in (speech(served, text=TEXT), expected))
+        # within float rounding: which frames the decoder takes at once depends on timing
+        assert heard.shape == said.shape and np.abs(heard - said).max() <= 1
+    finally:
+        decoder.close()
+
+
+def test_openai_clients_speech_call_gets_what_post_tts_gives(local):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{local.url}/v1", api_key="not-needed")
+    expected = speech(local, text=TEXT, voice_url="alba")
+    wav = client.audio.speech.create(model="pocket-tts", voice="alba", input=TEXT, response_format="wav")
+    assert wav.content[44:] == expected
+    with client.audio.speech.with_streaming_response.create(
+        model="pocket-tts", voice="alba", input=TEXT, response_format="pcm"
+    ) as streamed:
+        assert b"".join(streamed.iter_bytes()) == expected
+    with pytest.raises(openai.BadRequestError):
+        client.audio.speech.create(model="pocket-tts", voice="no-such-voice", input=TEXT)
+    with pytest.raises(openai.BadRequestError):
+        client.audio.speech.create(model="pocket-tts", voice="alba", input=TEXT, response_format="mp3")

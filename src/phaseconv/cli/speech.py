@@ -24,7 +24,8 @@ Voice = Annotated[
     typer.Option(
         "--voice",
         help="a built-in voice of the program (--list-voices), a .safetensors voice state (pocket-tts "
-        "export-voice), or an audio file to clone (its first 30 s); default: the program's default voice",
+        "export-voice), or an audio file to clone (its first 30 s), a path or an http(s):// or hf:// URL; "
+        "default: the program's default voice",
     ),
 ]
 Tokenizer = Annotated[
@@ -37,6 +38,13 @@ Seed = Annotated[int, typer.Option("--seed", help="the noise's seed: the same se
 EosThreshold = Annotated[
     float | None,
     typer.Option("--eos-threshold", help="the end-of-speech logit past which a chunk ends (default: the config's)"),
+]
+FramesAfterEos = Annotated[
+    int | None,
+    typer.Option("--frames-after-eos", min=0, help="frames spoken after the end of speech (default: the config's)"),
+]
+MaxTokens = Annotated[
+    int, typer.Option("--max-tokens", min=1, help="a chunk's tokens at most, as pocket-tts's generate takes it")
 ]
 Pipeline = Annotated[
     bool, typer.Option("--pipeline", help="decode in a second process while the language model generates")
@@ -142,12 +150,14 @@ def tts(
     program: Annotated[
         Path, typer.Argument(help="a text-to-speech program from `phaseconv lower pocket-tts-tts:CONFIG`")
     ],
-    text: Annotated[str | None, typer.Argument(help="what to say")] = None,
+    text: Annotated[str | None, typer.Argument(help="what to say; - reads it from standard input")] = None,
     voice: Voice = None,
     tokenizer: Tokenizer = None,
     temperature: Temperature = None,
     seed: Seed = 0,
     eos_threshold: EosThreshold = None,
+    frames_after_eos: FramesAfterEos = None,
+    max_tokens: MaxTokens = 50,
     threads: Threads = 1,
     pipeline: Pipeline = False,
     pcm: PcmOut = False,
@@ -164,6 +174,8 @@ def tts(
     from phaseconv.tts.speech_program import SpeechProgram
 
     speaking = not (list_voices or export_voice is not None)
+    if speaking and text == "-":
+        text = sys.stdin.read()
     if speaking and text is None:
         raise PhaseconvError("say what to speak: phaseconv tts PROGRAM TEXT (or --list-voices, --export-voice)")
     if speaking:
@@ -182,7 +194,8 @@ def tts(
         return show_voices(speech)
     if export_voice is not None:
         return export(speech, voice, export_voice)
-    summary = speak(speech, text, voice, (temperature, seed, eos_threshold), pipeline, pcm, output, threads)
+    sampling = (temperature, seed, eos_threshold, frames_after_eos, max_tokens)
+    summary = speak(speech, text, voice, sampling, pipeline, pcm, output, threads)
     if json_path is not None:
         write_atomically(json_path, json.dumps(summary, indent=2).encode())
 
@@ -195,39 +208,47 @@ def show_voices(speech) -> None:
         line("no built-in voices: --voice takes a .safetensors voice state or an audio file")
 
 
-def export(speech, voice: str | None, path: Path) -> None:
-    from phaseconv.tts.runner import Speaker, resolve_voice
-    from phaseconv.tts.voices import write_state
+def voice_state(model, voice: str | None):
+    """The voice `--voice` names (none: the program's default voice, or none at all), as a state."""
+    chosen = voice or model.program.settings.default_voice
+    return model.empty_state() if chosen is None else model.get_state_for_audio_prompt(chosen)
 
-    chosen = resolve_voice(voice, speech)
-    if chosen is None:
+
+def export(speech, voice: str | None, path: Path) -> None:
+    from phaseconv.tts import TTSModel, export_model_state
+
+    if voice is None:
         raise PhaseconvError("--export-voice needs --voice: the voice to write")
-    speaker = Speaker(speech)
-    speaker.set_voice(chosen)
-    write_state(speaker.voice_state(), path)
-    note(f"wrote {path} ({speaker.voice_positions} positions)")
+    state = TTSModel(speech).get_state_for_audio_prompt(voice)
+    export_model_state(state, path)
+    note(f"wrote {path} ({state.positions} positions)")
 
 
 def speak(speech, text, voice, sampling, pipeline, pcm, output, threads) -> dict:
     """TEXT spoken to stdout (PCM) or a WAV file; returns the summary, said on stderr. `sampling`:
-    (temperature, seed, end-of-speech threshold)."""
-    from phaseconv.stream import write_wav
-    from phaseconv.tts.decoding import DecoderProcess
-    from phaseconv.tts.runner import Speaker, SpeechReport, resolve_voice
+    (temperature, seed, end-of-speech threshold, frames after it, a chunk's tokens at most)."""
+    import time
 
-    settings, chosen = speech.settings, resolve_voice(voice, speech)
-    speaker = Speaker(speech, *sampling)
-    unknown = speaker.unknown_characters(text)
+    from phaseconv.stream import write_wav
+    from phaseconv.tts import TTSModel
+    from phaseconv.tts.decoding import DecoderProcess
+
+    temperature, seed, eos_threshold, frames_after_eos, max_tokens = sampling
+    settings, model = speech.settings, TTSModel(speech, temperature, eos_threshold, seed)
+    unknown = model.speaker.unknown_characters(text)
     if unknown:
         note(f"the tokenizer reads {' '.join(unknown)} as its unknown piece (pocket-tts speaks it so)")
-    report = SpeechReport(0, 0, settings.sample_rate, settings.frame_size, speech.load_ms)
-    report.voice_ms, report.voice = speaker.set_voice(chosen)
+    start = time.perf_counter()
+    state = voice_state(model, voice)
+    encoded_ms = (time.perf_counter() - start) * 1e3
+    run = model.speak(state, text, max_tokens, frames_after_eos)
     deliver, chunks = audio_sink(pcm)
     decoder = None
     if pipeline:
         with parked_stderr(quiet()):
             decoder = DecoderProcess(speech.path, threads)
-    speaker.speak(text, deliver, report, decoder)
+    report = run(deliver, decoder)
+    report.voice_ms += encoded_ms
     if decoder is not None:
         decoder.close()
     if output is not None:

@@ -1,3 +1,8 @@
 """Text to speech: pocket-tts's whole model as one ExecuTorch program and the runner that speaks
 with it. contract.py is the program's contract (its methods and settings: what any runner follows);
-program.py builds and lowers it; runner.py speaks; voices.py reads and writes voices."""
+program.py builds and lowers it; runner.py speaks; voices.py reads and writes voices; tts_model.py is
+pocket-tts's Python API (TTSModel) on a program."""
+
+from phaseconv.tts.tts_model import TTSModel, VoiceState, export_model_state
+
+__all__ = ["TTSModel", "VoiceState", "export_model_state"]

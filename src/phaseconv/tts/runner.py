@@ -31,6 +31,8 @@ from phaseconv.tts.decoding import InlineDecoder
 from phaseconv.tts.speech_program import SpeechProgram
 from phaseconv.tts.voices import AudioVoice, read_state
 
+MAX_TOKEN_PER_CHUNK = 50  # pocket-tts's default_parameters.MAX_TOKEN_PER_CHUNK
+
 
 def _pocket_tts_text():
     try:
@@ -93,32 +95,6 @@ def positions(first: int, count: int, size: int) -> torch.Tensor:
     return torch.cat([torch.arange(first, first + count), torch.full((size - count,), PAD)])
 
 
-def resolve_voice(argument: str | None, program: SpeechProgram) -> str | Path | AudioVoice | None:
-    """What `--voice` names, as pocket-tts takes a voice: a built-in voice of the program, a .safetensors
-    voice state, or an audio file to clone (where the weights clone); none given: the default voice."""
-    s = program.settings
-    if argument is None:
-        return s.default_voice
-    if argument in s.voices:
-        return argument
-    path = Path(argument)
-    if path.is_file() and path.suffix == ".safetensors":
-        return path
-    if path.is_file():
-        if not s.voice_cloning:
-            from pocket_tts.models.tts_model import VOICE_CLONING_UNSUPPORTED
-
-            raise PhaseconvError(" ".join(VOICE_CLONING_UNSUPPORTED.split()))
-        return AudioVoice.read(path, s.sample_rate, s.frame_size)
-    carried = ", ".join(sorted(s.voices)) or "none"
-    if path.suffix or "/" in argument:
-        raise PhaseconvError(f"no such voice file: {argument}")
-    raise PhaseconvError(
-        f"no voice {argument!r}: the program's built-in voices are {carried} (`phaseconv tts PROGRAM --list-voices`); "
-        "--voice also takes a .safetensors voice state or an audio file"
-    )
-
-
 class Speaker:
     """Text to PCM through a SpeechProgram, in pocket-tts's order of calls (see the module docstring)."""
 
@@ -139,6 +115,8 @@ class Speaker:
             raise PhaseconvError(f"the temperature must be 0 or more, got {self.temperature}")
         self.generator = torch.Generator().manual_seed(seed)
         self.voice_positions = 0  # the positions the voice holds
+        self.max_tokens = MAX_TOKEN_PER_CHUNK  # pocket-tts's generate(max_tokens=...): a chunk's tokens at most
+        self.frames_after_eos: int | None = None  # instead of the config's (or its guess per chunk)
 
     def noise(self) -> torch.Tensor:
         """One draw of the flow's starting point, as FlowLMModel.forward draws it."""
@@ -183,22 +161,27 @@ class Speaker:
         """Put the voice in the cache: a built-in voice's name, a .safetensors voice state, an audio
         voice (AudioVoice), or none (the model's unconditioned start). Returns the milliseconds it
         took and the voice in words."""
+        if isinstance(voice, str):
+            return self.set_state(self.program.builtin_voice(voice), f"{voice} (built in)")
+        if isinstance(voice, Path):
+            return self.set_state(read_state(voice), f"{voice.name} (voice state)")
         start = time.perf_counter()
         self.program.clear_cache()  # the cache holds numbers from here on
         self.voice_positions = 0
-        if isinstance(voice, str):
-            state = self.program.builtin_voice(voice)
-            self.load_state(state)
-            self.voice_positions, said = state.shape[2], f"{voice} (built in)"
-        elif isinstance(voice, Path):
-            state = read_state(voice)
-            self.load_state(state)
-            self.voice_positions, said = state.shape[2], f"{voice.name} (voice state)"
-        elif isinstance(voice, AudioVoice):
+        if isinstance(voice, AudioVoice):
             self._encode(voice)
             said = "audio" + (f", its first {self.settings.max_voice_seconds:g} s" if voice.truncated else "")
         else:
             said = "none"
+        return (time.perf_counter() - start) * 1e3, said
+
+    def set_state(self, state: torch.Tensor, said: str = "a voice state") -> tuple[float, str]:
+        """A voice state [layers, 2, V, H_kv, D] in the cache at positions 0 .. V - 1, and nothing else."""
+        start = time.perf_counter()
+        self.program.clear_cache()
+        self.voice_positions = 0
+        self.load_state(state)
+        self.voice_positions = state.shape[2]
         return (time.perf_counter() - start) * 1e3, said
 
     def _encode(self, voice: AudioVoice) -> None:
@@ -264,13 +247,11 @@ class Speaker:
     def chunks(self, text: str) -> list[tuple[str, int, bool]]:
         """The text as pocket-tts splits and prepares it: (prepared chunk, frames to generate after EOS,
         split), a chunk too long for the cache split at words."""
-        from pocket_tts.default_parameters import MAX_TOKEN_PER_CHUNK
-
         text_chunking, options = _pocket_tts_text(), self._options()
         if not text.strip():
             raise PhaseconvError("the text is empty")
         try:
-            pieces = text_chunking.split_into_best_sentences(self.tokenizer, text, MAX_TOKEN_PER_CHUNK, *options)
+            pieces = text_chunking.split_into_best_sentences(self.tokenizer, text, self.max_tokens, *options)
         except ValueError as error:  # pocket-tts: "Text prompt cannot be empty" (all characters removed)
             raise PhaseconvError(f"nothing to say in {text!r}: {error}") from None
         prepared = []
@@ -278,7 +259,7 @@ class Speaker:
             parts = self._fitting(piece)
             for part in parts:
                 chunk, guess = text_chunking.prepare_text_prompt(part, *options)
-                after = self.settings.frames_after_eos
+                after = self.settings.frames_after_eos if self.frames_after_eos is None else self.frames_after_eos
                 prepared.append((chunk, after if after is not None else guess + 2, len(parts) > 1))
         return prepared
 
@@ -290,14 +271,17 @@ class Speaker:
         text = text.translate(str.maketrans(self.settings.replace_characters))  # as pocket-tts prepares it
         return sorted({c for c in text if not c.isspace() and unknown in self.tokenizer.encode(c)})
 
-    def speak(self, text: str, on_frame: Callable[[torch.Tensor], None], report: SpeechReport, decoder=None) -> None:
-        """Generate and decode every chunk of `text`, handing each frame's samples to `on_frame`; the
-        decoder is the program's own (frame after frame) unless another is given (DecoderProcess)."""
+    def speak(
+        self, text: str | list, on_frame: Callable[[torch.Tensor], None], report: SpeechReport, decoder=None
+    ) -> None:
+        """Generate and decode every chunk of `text` (or the chunks `chunks(text)` gave), handing each
+        frame's samples to `on_frame`; the decoder is the program's own (frame after frame) unless
+        another is given (DecoderProcess)."""
         s = self.settings
+        chunks = self.chunks(text) if isinstance(text, str) else text
         started = time.perf_counter()
         decoder = decoder or InlineDecoder(self.program)
         fade = torch.linspace(0, 1, s.sample_rate // 200)  # pocket-tts's decoder worker's 5 ms fade-in
-        chunks = self.chunks(text)
 
         def deliver(pcm: torch.Tensor, first_of_chunk: bool, decode_ms: float, first_of_call: bool = True) -> None:
             pcm = pcm.reshape(-1)

@@ -3,9 +3,13 @@ plays the speech as it comes.
 
 pocket-tts's routes (`pocket-tts serve`): GET / (the page), GET /health, and POST /tts with the form
 fields `text` and either `voice_url` (a built-in voice's name, or an http(s):// or hf:// file fetched
-as pocket-tts fetches it) or `voice_wav` (an uploaded recording), answered with 16-bit mono WAV
-streamed as it is generated. Beside them: GET /voices (the program's voices and settings) and
-GET /stats (requests answered, refused and stopped; the last one's figures).
+as pocket-tts fetches it) or `voice_wav` (an uploaded recording or .safetensors voice state),
+answered with 16-bit mono WAV streamed as it is generated. Beside them: OpenAI's POST
+/v1/audio/speech (JSON: input, voice, response_format wav or pcm), GET /voices (the program's voices
+and settings) and GET /stats (requests answered, refused, stopped and failed; the last one's figures).
+
+A request the program cannot speak (its voice or its text) is refused before any byte of audio; a
+failure after the audio began ends the response unfinished, never as a whole WAV.
 
 The program's KV cache and decoder state are one: a worker thread speaks one request at a time, in
 the order they came, with at most `queue` more waiting; past that a request gets 503 and a
@@ -33,12 +37,12 @@ from starlette.concurrency import run_in_threadpool
 
 from phaseconv.errors import PhaseconvError
 from phaseconv.stream import to_pcm16
-from phaseconv.tts.runner import Speaker, SpeechReport, resolve_voice
 from phaseconv.tts.speech_program import SpeechProgram
+from phaseconv.tts.tts_model import URL_SCHEMES, TTSModel, VoiceState, fetched
+from phaseconv.tts.voices import AudioVoice, read_state
 
 PAGE = Path(__file__).with_name("page.html")
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
-URL_SCHEMES = ("http://", "https://", "hf://")
 STREAMED_FRAMES = 1_000_000_000  # a streamed WAV's header cannot know its length: pocket-tts's placeholder
 
 
@@ -52,6 +56,11 @@ class Refused(Exception):
 
 class Stopped(Exception):
     """The client went away: the utterance ends at this frame."""
+
+
+class Failed(Exception):
+    """The program failed after the response began: the response ends unfinished, so that the client
+    can tell it from a whole WAV."""
 
 
 def wav_header(sample_rate: int) -> bytes:
@@ -88,23 +97,52 @@ class Stats:
     answered: int = 0
     refused: int = 0  # 503: the queue was full
     stopped: int = 0  # the client went away before the end
+    failed: int = 0  # the program failed: 500 before the audio, an unfinished response after
     last: dict | None = None  # the last utterance's SpeechReport, with the wait in the queue
     seconds: list[float] = field(default_factory=list)  # the last utterances' durations, for Retry-After
 
 
 class SpeechService:
-    """The program, its Speaker and the worker thread that speaks the queued utterances."""
+    """The program as a TTSModel, and the worker thread that speaks the queued utterances. A voice is
+    read when its request comes (a name, an upload, a URL) and made a voice state in the worker; the
+    default voice's state is made once, here."""
 
     def __init__(self, program: SpeechProgram, voice: str | None, queue_size: int, max_text: int, decoder=None):
         self.program, self.settings = program, program.settings
-        self.speaker = Speaker(program)
-        self.default_voice = resolve_voice(voice, program)
+        self.model = TTSModel(program)
+        self.default_name = voice or self.settings.default_voice
+        self.default_voice = self._state(self._read(self.default_name)) if self.default_name else None
         self.max_text, self.decoder = max_text, decoder
-        self.voice_in_cache: str | None = None  # the built-in voice the cache holds
         self.queue: queue.Queue[Utterance] = queue.Queue(maxsize=queue_size)
         self.stats = Stats()
         self.worker = threading.Thread(target=self._speak_queued, name="phaseconv-speaker", daemon=True)
         self.worker.start()
+
+    def _read(self, voice: str) -> str | VoiceState | AudioVoice:
+        """A voice read without the program: a built-in voice's name, a voice state, or audio to clone."""
+        s = self.settings
+        if voice in s.voices:
+            return voice
+        path = fetched(voice) if voice.startswith(URL_SCHEMES) else Path(voice)
+        if path.suffix == ".safetensors":
+            return VoiceState(read_state(path), f"{path.name} (voice state)")
+        if path.is_file():
+            if not s.voice_cloning:
+                from pocket_tts.models.tts_model import VOICE_CLONING_UNSUPPORTED
+
+                raise PhaseconvError(" ".join(VOICE_CLONING_UNSUPPORTED.split()))
+            return AudioVoice.read(path, s.sample_rate, s.frame_size)
+        if path.suffix or "/" in voice:
+            raise PhaseconvError(f"no such voice file: {voice}")
+        carried = ", ".join(sorted(s.voices)) or "none"
+        raise PhaseconvError(f"no voice {voice!r}: the program's voices are {carried} (GET /voices)")
+
+    def _state(self, voice) -> VoiceState | None:
+        """The voice state of what _read gave (in the worker: an audio voice is encoded by the program)."""
+        if isinstance(voice, AudioVoice):
+            described = "audio" + (f", its first {self.settings.max_voice_seconds:g} s" if voice.truncated else "")
+            return self.model._cloned(voice, described)
+        return voice if not isinstance(voice, str) else self.model.get_state_for_audio_prompt(voice)
 
     def voice_of(self, voice_url: str | None, upload: bytes | None, filename: str | None):
         """The voice a request names, as pocket-tts's /tts takes it; none: the server's default."""
@@ -113,21 +151,16 @@ class SpeechService:
         try:
             if upload is not None:
                 name = Path(filename or "voice.wav").name
-                with tempfile.TemporaryDirectory() as folder:
+                with tempfile.TemporaryDirectory() as folder:  # read whole before the folder goes
                     path = Path(folder) / f"voice{Path(name).suffix or '.wav'}"
                     path.write_bytes(upload)
                     try:
-                        return resolve_voice(str(path), self.program)
+                        return self._read(str(path))
                     except PhaseconvError as error:  # said of the upload, not of a temporary file
                         raise Refused(400, str(error).replace(str(path), name)) from None
             if voice_url is None:
                 return self.default_voice
-            if voice_url.startswith(URL_SCHEMES):
-                return resolve_voice(str(_fetched(voice_url)), self.program)
-            if voice_url not in self.settings.voices:
-                carried = ", ".join(sorted(self.settings.voices)) or "none"
-                raise Refused(400, f"no voice {voice_url!r}: the program's voices are {carried} (GET /voices)")
-            return voice_url
+            return self._read(voice_url)
         except PhaseconvError as error:
             raise Refused(400, str(error)) from None
 
@@ -163,24 +196,23 @@ class SpeechService:
                 self._speak(utterance)
             except Exception as error:  # the program's own failure: said, and the worker lives on
                 traceback.print_exc()
-                self.voice_in_cache = None
+                self.stats.failed += 1
+                self._drain()
                 utterance.send("failed", f"{type(error).__name__}: {error}")
 
+    def _drain(self) -> None:
+        """Frames still on their way in the decoder's process belong to nobody."""
+        if self.decoder is not None:
+            self.decoder.start(lambda *frame: None)
+            self.decoder.finish()
+
     def _speak(self, utterance: Utterance) -> None:
-        s = self.settings
-        report = SpeechReport(0, 0, s.sample_rate, s.frame_size, self.program.load_ms)
         waited = (time.perf_counter() - utterance.received) * 1e3
-        self.speaker.generator.manual_seed(0)  # a request's audio is its own, not its place in a sequence
-        if utterance.voice is None or utterance.voice != self.voice_in_cache:
-            self.voice_in_cache = None
-            try:
-                report.voice_ms, report.voice = self.speaker.set_voice(utterance.voice)
-            except PhaseconvError as error:
-                return utterance.send("refused", (400, str(error)))
-            # a built-in voice stays for the next request, as it stays for the next chunk of a text
-            self.voice_in_cache = utterance.voice if isinstance(utterance.voice, str) else None
-        else:
-            report.voice = f"{utterance.voice} (built in, in the cache)"
+        self.model.speaker.generator.manual_seed(0)  # a request's audio is its own, not its place in a sequence
+        try:  # the voice and the text, before any byte of audio: a request the program cannot speak is a 400
+            run = self.model.speak(self._state(utterance.voice) or self.model.empty_state(), utterance.text)
+        except PhaseconvError as error:
+            return utterance.send("refused", (400, str(error)))
         utterance.send("started")
 
         def on_frame(pcm) -> None:
@@ -189,43 +221,35 @@ class SpeechService:
             utterance.send("audio", to_pcm16(pcm))
 
         try:
-            self.speaker.speak(utterance.text, on_frame, report, self.decoder)
+            report = run(on_frame, self.decoder)
             self.stats.answered += 1
         except Stopped:
             self.stats.stopped += 1
-            if self.decoder is not None:  # frames still on their way belong to nobody
-                self.decoder.start(lambda *frame: None)
-                self.decoder.finish()
-        finally:
-            utterance.send("end")
+            self._drain()
+            return utterance.send("end")
+        utterance.send("end")
         self.stats.seconds = [*self.stats.seconds[-19:], report.total_ms / 1e3]
         self.stats.last = report.to_dict() | {"queue_ms": waited}
 
 
-def _fetched(url: str) -> Path:
-    """A voice file at a URL, through pocket-tts's own download (the Hugging Face cache for hf://)."""
-    from pocket_tts.utils.utils import download_if_necessary
-
-    try:
-        return Path(download_if_necessary(url))
-    except Exception as error:
-        raise Refused(400, f"cannot fetch {url}: {type(error).__name__}: {error}") from None
-
-
 class SpeechResponse(StreamingResponse):
-    """The WAV as it is generated; however the response ends (the last frame, or the client gone),
-    the utterance stops."""
+    """The audio as it is generated, a WAV (or raw 16-bit PCM); however the response ends (the last
+    frame, or the client gone), the utterance stops."""
 
-    def __init__(self, utterance: Utterance, sample_rate: int):
-        super().__init__(self._body(utterance, sample_rate), media_type="audio/wav")
-        self.headers["Content-Disposition"] = "attachment; filename=generated_speech.wav"
+    def __init__(self, utterance: Utterance, sample_rate: int, wav: bool = True):
+        super().__init__(self._body(utterance, sample_rate, wav), media_type="audio/wav" if wav else "audio/pcm")
+        if wav:
+            self.headers["Content-Disposition"] = "attachment; filename=generated_speech.wav"
         self.utterance = utterance
 
     @staticmethod
-    async def _body(utterance: Utterance, sample_rate: int):
-        yield wav_header(sample_rate)
+    async def _body(utterance: Utterance, sample_rate: int, wav: bool):
+        if wav:
+            yield wav_header(sample_rate)
         while True:
             kind, value = await utterance.out.get()
+            if kind == "failed":
+                raise Failed(value)
             if kind != "audio":
                 return
             yield value
@@ -259,7 +283,7 @@ def create_app(service: SpeechService) -> FastAPI:
         return {
             "config": settings.config,
             "voices": sorted(settings.voices),
-            "default": service.default_voice if isinstance(service.default_voice, str) else None,
+            "default": service.default_name,
             "voice_cloning": settings.voice_cloning,
             "sample_rate": settings.sample_rate,
             "max_text": service.max_text,
@@ -268,7 +292,7 @@ def create_app(service: SpeechService) -> FastAPI:
     @app.get("/stats")
     async def stats() -> dict:
         s = service.stats
-        return {"answered": s.answered, "refused": s.refused, "stopped": s.stopped, "last": s.last}
+        return {"answered": s.answered, "refused": s.refused, "stopped": s.stopped, "failed": s.failed, "last": s.last}
 
     @app.post("/tts")
     async def text_to_speech(request: Request):
@@ -287,6 +311,30 @@ def create_app(service: SpeechService) -> FastAPI:
             raise Refused(400, "voice_wav is a file upload")
         data = None if upload is None else await upload.read()
         voice = await run_in_threadpool(service.voice_of, voice_url, data, getattr(upload, "filename", None))
+        return await spoken(text, voice, wav=True)
+
+    @app.post("/v1/audio/speech")
+    async def openai_speech(request: Request):
+        """OpenAI's speech route: JSON with `model` (any), `input`, `voice` (GET /voices' names, a URL;
+        none: the default) and `response_format` (wav, or pcm: 16-bit mono at the sample rate)."""
+        try:
+            body = await request.json()
+        except Exception:
+            raise Refused(400, "POST /v1/audio/speech takes JSON: model, input, voice, response_format") from None
+        if not isinstance(body, dict):
+            raise Refused(400, "POST /v1/audio/speech takes a JSON object")
+        text = service.check_text(body.get("input"))
+        response_format = body.get("response_format", "wav")
+        if response_format not in ("wav", "pcm"):
+            raise Refused(400, f"response_format {response_format!r}: this server gives wav or pcm")
+        voice_name = body.get("voice")
+        if voice_name is not None and not isinstance(voice_name, str):
+            raise Refused(400, "voice is a name (GET /voices) or a URL")
+        voice = await run_in_threadpool(service.voice_of, voice_name, None, None)
+        return await spoken(text, voice, wav=response_format == "wav")
+
+    async def spoken(text: str, voice, wav: bool):
+        """The utterance queued, and its audio once the program has taken the voice and the text."""
         utterance = service.submit(text, voice, asyncio.get_running_loop())
         try:
             kind, value = await utterance.out.get()
@@ -297,7 +345,7 @@ def create_app(service: SpeechService) -> FastAPI:
             raise Refused(*value)
         if kind == "failed":
             return JSONResponse({"detail": f"the program failed: {value}"}, status_code=500)
-        return SpeechResponse(utterance, settings.sample_rate)
+        return SpeechResponse(utterance, settings.sample_rate, wav)
 
     return app
 

@@ -1,0 +1,227 @@
+"""pocket-tts's Python API on a text-to-speech program: `TTSModel`, with pocket-tts's method names and
+meaning, so that pocket-tts's usage runs on the program with its import and load lines changed.
+
+    from phaseconv.tts import TTSModel
+    tts_model = TTSModel.load_model("tts.pte")
+    voice_state = tts_model.get_state_for_audio_prompt("alba")  # a name, a .safetensors, audio, a URL
+    audio = tts_model.generate_audio(voice_state, "Hello world.")  # 1-D float tensor at sample_rate
+    for chunk in tts_model.generate_audio_stream(voice_state, text, stop=event): ...
+
+A voice state is a value (`VoiceState`): the language model's cache after the voice's prompt, kept,
+reused by any number of calls and saved as pocket-tts's `export_model_state` writes it. Each call
+puts it in the program's cache first; nothing of one call reaches the next.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from phaseconv.errors import PhaseconvError
+from phaseconv.tts.runner import MAX_TOKEN_PER_CHUNK, Speaker, SpeechReport
+from phaseconv.tts.speech_program import SpeechProgram
+from phaseconv.tts.voices import AudioVoice, read_state, write_state
+
+URL_SCHEMES = ("http://", "https://", "hf://")
+
+
+@dataclass(frozen=True)
+class VoiceState:
+    """A voice: the cache [layers, 2, positions, kv_heads, head_dim] its prompt leaves, and what it is."""
+
+    cache: torch.Tensor
+    described: str
+
+    @property
+    def positions(self) -> int:
+        return self.cache.shape[2]
+
+
+def export_model_state(model_state: VoiceState, dest: str | Path) -> None:
+    """The voice state as pocket-tts's `export_model_state` writes it (a `.safetensors` file)."""
+    write_state(model_state.cache, Path(dest))
+
+
+def fetched(url: str) -> Path:
+    """A voice file at a URL, through pocket-tts's own download (the Hugging Face cache for hf://)."""
+    from pocket_tts.utils.utils import download_if_necessary
+
+    try:
+        return Path(download_if_necessary(url))
+    except Exception as error:
+        raise PhaseconvError(f"cannot fetch {url}: {type(error).__name__}: {error}") from None
+
+
+class _Stopped(Exception):
+    """The stream's consumer asked for no more frames."""
+
+
+class TTSModel:
+    """A text-to-speech program (`phaseconv lower pocket-tts-tts:CONFIG`) with pocket-tts's TTSModel API.
+
+    One utterance at a time: a model is not thread-safe (as pocket-tts's is not)."""
+
+    def __init__(
+        self, program: SpeechProgram, temp: float | None = None, eos_threshold: float | None = None, seed: int = 0
+    ):
+        """`seed`: the noise's (pocket-tts draws from torch's global generator; here each model has its own)."""
+        self.program = program
+        self.speaker = Speaker(program, temp, seed, eos_threshold)
+        self.temp = self.speaker.temperature
+
+    @classmethod
+    def load_model(
+        cls,
+        program: str | Path,
+        temp: float | None = None,
+        eos_threshold: float | None = None,
+        tokenizer: str | Path | None = None,
+        seed: int = 0,
+    ) -> TTSModel:
+        """The program at `program`; `temp` and `eos_threshold` as pocket-tts's load_model takes them
+        (default: the config's); `tokenizer`: a tokenizer file instead of the program's own."""
+        path = Path(program)
+        if not path.is_file():
+            raise PhaseconvError(f"no such program: {path} (make one with `phaseconv lower pocket-tts-tts:CONFIG`)")
+        tokenizer = None if tokenizer is None else Path(tokenizer)
+        return cls(SpeechProgram(path, tokenizer=tokenizer), temp, eos_threshold, seed)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.program.settings.sample_rate
+
+    @property
+    def voices(self) -> list[str]:
+        """The program's built-in voices."""
+        return self.program.voices
+
+    def get_state_for_audio_prompt(
+        self, audio_conditioning: str | Path | torch.Tensor | VoiceState, truncate: bool = False
+    ) -> VoiceState:
+        """The voice state of a built-in voice's name, a `.safetensors` voice state, an audio file (a
+        path, or an http(s):// or hf:// URL) or audio [channels, samples] at `sample_rate`, to clone.
+        Audio longer than the program's cache holds is cut as pocket-tts's truncate=True cuts it
+        (its first 30 s), whatever `truncate` says."""
+        if isinstance(audio_conditioning, VoiceState):
+            return audio_conditioning
+        s = self.program.settings
+        if isinstance(audio_conditioning, torch.Tensor):
+            return self._cloned(self._audio_voice(audio_conditioning), "audio (a tensor)")
+        name = str(audio_conditioning)
+        if name in s.voices:
+            return VoiceState(self.program.builtin_voice(name), f"{name} (built in)")
+        path = fetched(name) if name.startswith(URL_SCHEMES) else Path(name)
+        if not path.is_file():
+            carried = ", ".join(sorted(s.voices)) or "none"
+            if path.suffix or "/" in name:
+                raise PhaseconvError(f"no such voice file: {name}")
+            raise PhaseconvError(
+                f"no voice {name!r}: the program's built-in voices are {carried} (`phaseconv tts PROGRAM "
+                "--list-voices`); a voice is also a .safetensors voice state, an audio file or its URL"
+            )
+        if path.suffix == ".safetensors":
+            return VoiceState(read_state(path), f"{path.name} (voice state)")
+        voice = AudioVoice.read(path, s.sample_rate, s.frame_size)
+        return self._cloned(voice, "audio" + (f", its first {s.max_voice_seconds:g} s" if voice.truncated else ""))
+
+    def empty_state(self) -> VoiceState:
+        """No voice: the language model's unconditioned start (a cache of no positions)."""
+        s = self.program.settings
+        return VoiceState(torch.zeros(s.layers, 2, 0, s.kv_heads, s.head_dim), "none")
+
+    def _audio_voice(self, audio: torch.Tensor) -> AudioVoice:
+        """Audio at the model's rate as pocket-tts takes a tensor: mono, ended on a pause, whole frames."""
+        from pocket_tts.data.audio_utils import end_on_pause
+        from pocket_tts.modules.conv import pad_for_conv1d
+
+        s = self.program.settings
+        audio = audio.float().reshape(-1, audio.shape[-1]).mean(0, keepdim=True)
+        keep = int(s.max_voice_seconds * s.sample_rate)
+        truncated = max(0, audio.shape[-1] - keep) / s.sample_rate
+        audio = pad_for_conv1d(end_on_pause(audio[:, :keep], s.sample_rate)[None], s.frame_size, s.frame_size)
+        return AudioVoice(audio, audio.shape[-1] // s.frame_size, truncated)
+
+    def _cloned(self, voice: AudioVoice, described: str) -> VoiceState:
+        if not self.program.settings.voice_cloning:
+            from pocket_tts.models.tts_model import VOICE_CLONING_UNSUPPORTED
+
+            raise PhaseconvError(" ".join(VOICE_CLONING_UNSUPPORTED.split()))
+        self.speaker.set_voice(voice)
+        return VoiceState(self.speaker.voice_state(), described)
+
+    def generate_audio(
+        self,
+        model_state: VoiceState,
+        text_to_generate: str,
+        max_tokens: int = MAX_TOKEN_PER_CHUNK,
+        frames_after_eos: int | None = None,
+        copy_state: bool = True,
+    ) -> torch.Tensor:
+        """The whole utterance: a 1-D float tensor at `sample_rate`. `copy_state` is pocket-tts's; a
+        VoiceState is never changed by speaking."""
+        return torch.cat(list(self.generate_audio_stream(model_state, text_to_generate, max_tokens, frames_after_eos)))
+
+    def generate_audio_stream(
+        self,
+        model_state: VoiceState,
+        text_to_generate: str,
+        max_tokens: int = MAX_TOKEN_PER_CHUNK,
+        frames_after_eos: int | None = None,
+        copy_state: bool = True,
+        stop: threading.Event | None = None,
+    ) -> Iterator[torch.Tensor]:
+        """Each frame's audio as it is decoded (1-D, `sample_rate`), the language model and decoder on
+        a thread of their own. `stop`: once set, no frame is yielded and the generation ends at its
+        next frame; a consumer that leaves the loop ends it too."""
+        report = self.speak(model_state, text_to_generate, max_tokens, frames_after_eos)
+        frames: queue.Queue = queue.Queue()
+        stop = stop or threading.Event()
+        leaving = threading.Event()
+
+        def on_frame(pcm: torch.Tensor) -> None:
+            if stop.is_set() or leaving.is_set():
+                raise _Stopped
+            frames.put(pcm.clone())
+
+        def work() -> None:
+            try:
+                report(on_frame)
+            except _Stopped:
+                pass
+            except BaseException as error:  # said to the consumer, in its thread
+                frames.put(error)
+            frames.put(None)
+
+        worker = threading.Thread(target=work, name="phaseconv-tts-stream", daemon=True)
+        worker.start()
+        try:
+            while (item := frames.get()) is not None and not stop.is_set():
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            leaving.set()
+            worker.join()
+
+    def speak(self, state: VoiceState, text: str, max_tokens: int = MAX_TOKEN_PER_CHUNK, frames_after_eos=None):
+        """The utterance prepared: the text checked and the voice put in the cache now, then a call that
+        speaks it, each frame to its `on_frame`, and returns its SpeechReport. A text the program
+        cannot speak is refused here, before any audio."""
+        if not isinstance(state, VoiceState):
+            raise PhaseconvError("a voice state comes from get_state_for_audio_prompt")
+        s = self.program.settings
+        report = SpeechReport(0, 0, s.sample_rate, s.frame_size, self.program.load_ms)
+        self.speaker.frames_after_eos, self.speaker.max_tokens = frames_after_eos, max_tokens
+        report.voice_ms, report.voice = self.speaker.set_state(state.cache, state.described)
+        chunks = self.speaker.chunks(text)
+
+        def run(on_frame, decoder=None) -> SpeechReport:
+            self.speaker.speak(chunks, on_frame, report, decoder)
+            return report
+
+        return run
