@@ -155,7 +155,7 @@ class Speaker:
         self._room(0, count)
         for start in range(0, count, size):
             part = state[:, :, start : start + size]
-            self.program.load_voice(padded(part, size, 2), positions(start, part.shape[2], size))
+            self.program.load_voice(padded(part, size, 2).contiguous(), positions(start, part.shape[2], size))
 
     def set_voice(self, voice: str | Path | AudioVoice | None) -> tuple[float, str]:
         """Put the voice in the cache: a built-in voice's name, a .safetensors voice state, an audio
