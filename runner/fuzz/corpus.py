@@ -21,7 +21,7 @@ def main(folder: Path) -> None:
     from phaseconv.models.pocket_tts import hub
     from phaseconv.tts.model import Model, build_tts
     from phaseconv.tts.program import settings_of
-    from phaseconv.tts.stand_ins import corpus, stand_in_tokenizer, stand_in_voice
+    from phaseconv.tts.stand_ins import _as_tokenizers_json, corpus, stand_in_tokenizer, stand_in_voice
 
     if (folder / "done").exists():
         return
@@ -32,6 +32,9 @@ def main(folder: Path) -> None:
     stand_in_tokenizer(folder / "tokenizer.model", n_bins)
     (kinds["sentencepiece"] / "tokenizer.model").write_bytes((folder / "tokenizer.model").read_bytes())
     stand_in_tokenizer(kinds["tokenizers"] / "tokenizer.json", n_bins)
+    small = small_tokenizer(folder)  # the same structures in a few KB: mutations of it run fast
+    (kinds["sentencepiece"] / "small.model").write_bytes(small)
+    (kinds["tokenizers"] / "small.json").write_bytes(_as_tokenizers_json(small))
     for seconds, rate in ((0.3, 16000), (0.2, 24000), (0.1, 44100)):
         stand_in_voice(kinds["wav"] / f"voice_{rate}.wav", seconds=seconds, rate=rate)
     tts = build_tts(CONFIG, tokenizer=kinds["tokenizers"] / "tokenizer.json")
@@ -45,6 +48,30 @@ def main(folder: Path) -> None:
         (kinds["text"] / f"text_{number}.txt").write_text(line)
     (kinds["text"] / "unicode.txt").write_text("Caf\u00e9 \u2019quotes\u2019 \u2014 \u00fcber 42%; \u4e2d\u6587. Done!")
     (folder / "done").write_text(json.dumps(sorted(str(p) for p in folder.rglob("*") if p.is_file())))
+
+
+def small_tokenizer(folder: Path) -> bytes:
+    """A sentencepiece unigram model of a hundred-odd pieces whose normalization rules (its precompiled
+    character map) are a handful of user rules: one character to one, one to two, two to one."""
+    import io
+
+    import sentencepiece
+
+    from phaseconv.tts.stand_ins import corpus
+
+    rules = folder / "rules.tsv"
+    rules.write_text("41\t61\n42\t62\nFB01\t66 69\n3000\t20\n41 300\tC0\n")
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus(lines=200)),
+        model_writer=model,
+        vocab_size=120,
+        model_type="unigram",
+        normalization_rule_tsv=str(rules),
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return model.getvalue()
 
 
 if __name__ == "__main__":

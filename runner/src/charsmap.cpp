@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
+#include <vector>
 
 namespace phaseconv {
 namespace {
@@ -71,33 +72,19 @@ void require_sound_charsmap(const std::string& charsmap) {
     std::memcpy(&unit, charsmap.data() + 4 + index * 4, 4);
     return unit;
   };
-  // From a node, matching reads the 256 units at its base xor each byte, and a leaf's value at its base.
-  auto base_of = [&](size_t node) {
-    size_t base = node ^ offset(unit_at(node));
+  // Matching reads, from a node, the 256 units at its base xor each byte, and for a leaf the value at
+  // its base. Any unit can be reached as a node but a value unit (bit 31: its label matches no byte)
+  // and the root, which is read whatever it holds: each is checked, reachable or not (an unused unit
+  // is zero, and its base itself), which is cheaper than walking the trie and covers every walk.
+  for (size_t node = 0; node < units; ++node) {
+    uint32_t unit = unit_at(node);
+    if (node != 0 && (unit >> 31)) continue;
+    size_t base = node ^ offset(unit);
     if ((base | 0xFF) >= units) throw std::runtime_error("its normalization rules' trie points outside it");
-    return base;
-  };
-  std::vector<bool> seen(units, false);
-  std::vector<size_t> nodes{0};
-  seen[0] = true;
-  while (!nodes.empty()) {
-    size_t base = base_of(nodes.back());
-    nodes.pop_back();
-    for (uint32_t byte = 0; byte < 256; ++byte) {
-      size_t child = base ^ byte;
-      if (label(unit_at(child)) != byte) continue;
-      uint32_t child_unit = unit_at(child);
-      size_t child_base = base_of(child);
-      if (has_leaf(child_unit)) {
-        uint32_t start = value(unit_at(child_base));
-        if (start >= strings.size() || strings.find('\0', start) == std::string_view::npos) {
-          throw std::runtime_error("its normalization rules map to text outside them");
-        }
-      }
-      if (!seen[child]) {
-        seen[child] = true;
-        nodes.push_back(child);
-      }
+    if (!has_leaf(unit)) continue;
+    uint32_t start = value(unit_at(base));
+    if (start >= strings.size() || strings.find('\0', start) == std::string_view::npos) {
+      throw std::runtime_error("its normalization rules map to text outside them");
     }
   }
 }

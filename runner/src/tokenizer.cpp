@@ -15,7 +15,12 @@ namespace {
 class SentencePiece : public Tokenizer {
  public:
   explicit SentencePiece(const std::string& serialized) {
-    auto status = processor_.LoadFromSerializedProto(serialized);
+    sentencepiece::util::Status status;
+    try {
+      status = processor_.LoadFromSerializedProto(serialized);
+    } catch (const std::exception& error) {  // its trie builder throws on pieces it cannot hold (an empty one)
+      throw std::runtime_error(std::string("not a sentencepiece model: ") + error.what());
+    }
     if (!status.ok()) throw std::runtime_error("not a sentencepiece model: " + status.ToString());
     for (const auto& charsmap : charsmaps_of(serialized)) require_sound_charsmap(charsmap);  // before any text
   }
