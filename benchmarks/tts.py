@@ -95,9 +95,9 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
     import pocket_tts.models.text_chunking  # noqa: F401
     import pocket_tts.models.tts_model  # noqa: F401
 
-    import phaseconv.tts.program  # noqa: F401
-    from phaseconv.tts.runner import Speaker, SpeechReport
-    from phaseconv.tts.speech_program import SpeechProgram
+    import phaseconv.tts.build  # noqa: F401
+    from phaseconv.tts.loaded import SpeechProgram
+    from phaseconv.tts.speaker import Speaker, SpeechReport
     from phaseconv.tts.voices import AudioVoice
 
     before, code_before = resident_mib(), library_code_mib(program)
@@ -180,9 +180,9 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     import torch
 
     from phaseconv.tts.decoding import DecoderProcess
-    from phaseconv.tts.model import build_tts
-    from phaseconv.tts.runner import Speaker, SpeechReport
-    from phaseconv.tts.speech_program import SpeechProgram
+    from phaseconv.tts.loaded import SpeechProgram
+    from phaseconv.tts.source import build_tts
+    from phaseconv.tts.speaker import Speaker, SpeechReport
     from phaseconv.tts.voices import AudioVoice
 
     torch.set_num_threads(threads)
@@ -272,7 +272,7 @@ def quality_rows(config: str, loaded: dict, tokenizer: Path, wav: Path) -> list[
 
     import torch
 
-    from phaseconv.tts.runner import Speaker, SpeechReport
+    from phaseconv.tts.speaker import Speaker, SpeechReport
     from phaseconv.tts.voices import AudioVoice
 
     def speak(speech, eos: bool) -> tuple[torch.Tensor, list]:
@@ -316,8 +316,8 @@ def _reset_ms(speech) -> float:
 
 def lower_programs(config: str, schemes: list[str], folder: Path) -> None:
     """The config's programs (fp32, and each scheme's), a stand-in tokenizer and a voice, in `folder`."""
-    from phaseconv.tts.model import load_tts_config, random_model
-    from phaseconv.tts.program import lower_tts
+    from phaseconv.tts.build import lower_tts
+    from phaseconv.tts.source import load_tts_config, random_model
     from phaseconv.tts.stand_ins import stand_in_tokenizer, stand_in_voice
 
     tokenizer = stand_in_tokenizer(folder / "tokenizer.model", load_tts_config(config).flow_lm.lookup_table.n_bins)

@@ -63,8 +63,8 @@ def tts_decisions() -> dict[str, dict[str, int]]:
     set phaseconv.lower takes for any CPU."""
     from phaseconv.rewrite import explain
     from phaseconv.rules import TARGET_RULES
-    from phaseconv.tts.model import random_model
-    from phaseconv.tts.program import tts_programs
+    from phaseconv.tts.build import tts_programs
+    from phaseconv.tts.source import random_model
 
     programs, _, _ = tts_programs(random_model("english_2m_2026-10"), capacity=256)
     return {name: counted(explain(program, TARGET_RULES["any"])) for name, program in sorted(programs.items())}

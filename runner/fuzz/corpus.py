@@ -19,8 +19,8 @@ def main(folder: Path) -> None:
     from pocket_tts.models.model_state import export_model_state
 
     from phaseconv.models.pocket_tts import hub
-    from phaseconv.tts.model import Model, build_tts
-    from phaseconv.tts.program import settings_of
+    from phaseconv.tts.build import settings_of
+    from phaseconv.tts.source import Model, build_tts
     from phaseconv.tts.stand_ins import _as_tokenizers_json, corpus, stand_in_tokenizer, stand_in_voice
 
     if (folder / "done").exists():

@@ -256,7 +256,7 @@ def test_lower_tts_says_the_memory_it_takes_and_refuses_where_the_machine_has_to
     from unittest import mock
 
     from phaseconv.tts.footprint import Footprint
-    from phaseconv.tts.model import build_tts
+    from phaseconv.tts.source import build_tts
 
     footprint = Footprint.of(build_tts(CONFIG, seed=0))
     out = tmp_path / "t.pte"

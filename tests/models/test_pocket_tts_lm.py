@@ -17,8 +17,7 @@ from phaseconv.models.pocket_tts.language_model import (
     quantize_linears,
     with_cache,
 )
-from phaseconv.tts.model import build_tts, random_model
-from phaseconv.tts.program import (
+from phaseconv.tts.build import (
     RESETS,
     EmbedText,
     EncodeVoice,
@@ -27,6 +26,7 @@ from phaseconv.tts.program import (
     tts_programs,
     written_buffers,
 )
+from phaseconv.tts.source import build_tts, random_model
 
 pytest.importorskip("pocket_tts")
 

@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from phaseconv.models.pocket_tts import hub
-from phaseconv.tts.model import Model, build_tts
-from phaseconv.tts.program import lower_tts
+from phaseconv.tts.build import lower_tts
+from phaseconv.tts.source import Model, build_tts
 from phaseconv.tts.stand_ins import stand_in_tokenizer
 from tests.cli.test_cli import ROOT
 

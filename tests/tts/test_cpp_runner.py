@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from phaseconv.models.pocket_tts import hub
-from phaseconv.tts.model import Model, build_tts
-from phaseconv.tts.program import lower_tts
+from phaseconv.tts.build import lower_tts
+from phaseconv.tts.source import Model, build_tts
 from phaseconv.tts.stand_ins import stand_in_tokenizer, stand_in_voice
 from phaseconv.tts.voices import state_of
 from tests.cli.test_cli import ROOT, phaseconv
@@ -42,7 +42,7 @@ def pocket_tts_text(tokenizer_path, config, text):
     from pocket_tts.default_parameters import MAX_TOKEN_PER_CHUNK
     from pocket_tts.models.text_chunking import prepare_text_prompt, split_into_best_sentences
 
-    from phaseconv.tts.model import load_tokenizer
+    from phaseconv.tts.source import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_path, 4000)
     options = [getattr(config, name) for name in OPTIONS]

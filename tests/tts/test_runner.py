@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from phaseconv.errors import PhaseconvError
+from phaseconv.tts.build import lower_tts, tts_programs
 from phaseconv.tts.decoding import DecoderProcess
-from phaseconv.tts.model import build_tts, random_model
-from phaseconv.tts.program import lower_tts, tts_programs
-from phaseconv.tts.runner import Speaker, SpeechReport
-from phaseconv.tts.speech_program import SpeechProgram
+from phaseconv.tts.loaded import SpeechProgram
+from phaseconv.tts.source import build_tts, random_model
+from phaseconv.tts.speaker import Speaker, SpeechReport
 from phaseconv.tts.stand_ins import stand_in_tokenizer, stand_in_voice
 from phaseconv.tts.voices import AudioVoice, read_state, write_state
 
@@ -209,7 +209,7 @@ def test_int8_decoder_on_the_language_models_own_latents(config, measured_snr):
     from phaseconv.models.pocket_tts.decoder import MimiStep
     from phaseconv.quantize import snr_db
     from phaseconv.runtimes.executorch import LoadedProgram
-    from phaseconv.tts.program import Decode, lm_latents
+    from phaseconv.tts.build import Decode, lm_latents
 
     model = random_model(config)
     programs, _, settings = tts_programs(model, capacity=64, quantize_decoder="int8")

@@ -191,8 +191,8 @@ class LocalServer:
     """A SpeechService served from a thread of this process, so that a test can reach its program."""
 
     def __init__(self, program: Path, voice: str | None = None, decoder=None):
+        from phaseconv.tts.loaded import SpeechProgram
         from phaseconv.tts.server import SpeechService, serve
-        from phaseconv.tts.speech_program import SpeechProgram
 
         self.service = SpeechService(SpeechProgram(program), voice, 4, 5000, decoder)
         ready, found = threading.Event(), []

@@ -34,8 +34,8 @@ def serve(
     """
     from phaseconv.runtimes.executorch import set_threads
     from phaseconv.tts.decoding import DecoderProcess
+    from phaseconv.tts.loaded import SpeechProgram
     from phaseconv.tts.server import SpeechService, serve
-    from phaseconv.tts.speech_program import SpeechProgram
 
     try:
         import fastapi  # noqa: F401

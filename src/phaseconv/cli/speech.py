@@ -75,9 +75,9 @@ def audio_sink(pcm: bool):
 def lower_tts(config, output: Path, sources, options, as_json: bool, verbose: bool, profile_memory: bool) -> None:
     """`phaseconv lower pocket-tts-tts:CONFIG`: the whole text-to-speech model as one program."""
     from phaseconv.lowering.methods import default_workers
+    from phaseconv.tts.build import lower_tts
     from phaseconv.tts.footprint import Footprint, memory_check
-    from phaseconv.tts.model import DEFAULT_TTS_CONFIG, load_model
-    from phaseconv.tts.program import lower_tts
+    from phaseconv.tts.source import DEFAULT_TTS_CONFIG, load_model
 
     capacity, quantize, quantize_decoder, no_rewrite, external_constants, target, workers = options
     _require_tts_quantization(quantize, quantize_decoder)
@@ -105,7 +105,7 @@ def lower_tts(config, output: Path, sources, options, as_json: bool, verbose: bo
 
 def _require_tts_quantization(quantize: str | None, quantize_decoder: str | None) -> None:
     from phaseconv.models.pocket_tts.language_model import LINEAR_QUANTIZATION
-    from phaseconv.tts.program import DECODER_QUANTIZATION
+    from phaseconv.tts.build import DECODER_QUANTIZATION
 
     if quantize is not None and quantize not in LINEAR_QUANTIZATION:
         raise PhaseconvError(
@@ -171,7 +171,7 @@ def tts(
     phaseconv tts tts.pte "Hello there." --voice alba --pcm | aplay -f S16_LE -r 24000 -c 1
     """
     from phaseconv.runtimes.executorch import set_threads
-    from phaseconv.tts.speech_program import SpeechProgram
+    from phaseconv.tts.loaded import SpeechProgram
 
     speaking = not (list_voices or export_voice is not None)
     if speaking and text == "-":

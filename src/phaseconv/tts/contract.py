@@ -1,5 +1,5 @@
 """The text-to-speech program's contract: its methods, their inputs and outputs, and the settings it
-carries. A runner in any language follows this module: `phaseconv.tts.runner` does, and the C++
+carries. A runner in any language follows this module: `phaseconv.tts.speaker` does, and the C++
 runner reads `runner/src/contract.h`, which `render_header()` writes from it (a test fails when the
 two differ).
 

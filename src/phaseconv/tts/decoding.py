@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.tts.speech_program import SpeechProgram
+from phaseconv.tts.loaded import SpeechProgram
 
 
 class InlineDecoder:

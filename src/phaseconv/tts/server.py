@@ -37,7 +37,7 @@ from starlette.concurrency import run_in_threadpool
 
 from phaseconv.errors import PhaseconvError
 from phaseconv.stream import to_pcm16
-from phaseconv.tts.speech_program import SpeechProgram
+from phaseconv.tts.loaded import SpeechProgram
 from phaseconv.tts.tts_model import URL_SCHEMES, TTSModel, VoiceState, fetched
 from phaseconv.tts.voices import AudioVoice, read_state
 

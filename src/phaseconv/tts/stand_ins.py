@@ -125,7 +125,7 @@ def stand_in_cache(root: Path, config: str, cloning: bool = True, voices=("alba"
     from pocket_tts.utils.utils import get_predefined_voice
 
     from phaseconv.models.pocket_tts import hub
-    from phaseconv.tts.model import build_tts
+    from phaseconv.tts.source import build_tts
 
     settings = hub.load_config(config)
     tts = build_tts(config, seed=seed)

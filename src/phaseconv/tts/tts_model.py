@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.tts.runner import MAX_TOKEN_PER_CHUNK, Speaker, SpeechReport
-from phaseconv.tts.speech_program import SpeechProgram
+from phaseconv.tts.loaded import SpeechProgram
+from phaseconv.tts.speaker import MAX_TOKEN_PER_CHUNK, Speaker, SpeechReport
 from phaseconv.tts.voices import AudioVoice, read_state, write_state
 
 URL_SCHEMES = ("http://", "https://", "hf://")

@@ -57,7 +57,7 @@ class SpeechProgram:
 
     def tokenizer(self):
         """pocket-tts's tokenizer for the program's own tokenizer file (or the one given instead)."""
-        from phaseconv.tts.model import load_tokenizer
+        from phaseconv.tts.source import load_tokenizer
 
         if self._tokenizer_file is not None:
             return load_tokenizer(self._tokenizer_file, self.settings.n_bins)

@@ -28,7 +28,7 @@ import torch
 from phaseconv.errors import PhaseconvError
 from phaseconv.tts.contract import PAD
 from phaseconv.tts.decoding import InlineDecoder
-from phaseconv.tts.speech_program import SpeechProgram
+from phaseconv.tts.loaded import SpeechProgram
 from phaseconv.tts.voices import AudioVoice, read_state
 
 MAX_TOKEN_PER_CHUNK = 50  # pocket-tts's default_parameters.MAX_TOKEN_PER_CHUNK

@@ -45,7 +45,7 @@ from phaseconv.tts.contract import (
     prompt_method,
     voice_method,
 )
-from phaseconv.tts.model import Model, tokenizer_kind
+from phaseconv.tts.source import Model, tokenizer_kind
 
 # A chunk's tokens at most: pocket-tts's MAX_TOKEN_PER_CHUNK (50) is where it splits; a sentence with
 # no punctuation to split at can run longer.
