@@ -144,6 +144,10 @@ std::vector<float> resample_poly(const std::vector<float>& x, int up, int down) 
   int g = std::gcd(up, down);
   up /= g, down /= g;
   if (up == 1 && down == 1) return x;
+  if (std::max(up, down) > kMaxResamplingFactor) {
+    throw std::runtime_error("resampling by " + std::to_string(up) + "/" + std::to_string(down) +
+                             " takes too long a filter: give the voice at a common sample rate (16, 24, 44.1 or 48 kHz)");
+  }
   long n_in = static_cast<long>(x.size()), n_out = n_in * up / down + ((n_in * up) % down != 0);
   int max_rate = std::max(up, down), half_len = 10 * max_rate;
   std::vector<double> taps = firwin_kaiser(2 * half_len + 1, 1.0 / max_rate, 5.0);

@@ -15,6 +15,9 @@ struct Audio {
 
 // The highest sample rate a voice is read at (studio audio's).
 constexpr int kMaxSampleRate = 384000;
+// The largest up or down factor resampling takes, once reduced: its filter has 20 taps per unit of it,
+// so an odd rate would cost seconds to resample (every rate in common use reduces far below it).
+constexpr int kMaxResamplingFactor = 4096;
 
 // A WAV file (PCM of 8, 16, 24 or 32 bits, or 32-bit float), its channels averaged, as pocket-tts's
 // audio_read gives it; throws std::runtime_error for anything else.
@@ -22,7 +25,8 @@ Audio read_wav(const std::string& path);
 // The same, from the file's bytes (`path` names it in messages).
 Audio wav_of(const std::string& data, const std::string& path);
 
-// scipy.signal.resample_poly(x, up, down) with its default Kaiser window (beta 5) and zero padding.
+// scipy.signal.resample_poly(x, up, down) with its default Kaiser window (beta 5) and zero padding;
+// std::runtime_error when up or down, reduced, is over kMaxResamplingFactor.
 std::vector<float> resample_poly(const std::vector<float>& x, int up, int down);
 
 // pocket-tts's convert_audio to `rate` (the resampling above, by the rates' greatest common divisor).

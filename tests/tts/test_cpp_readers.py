@@ -152,6 +152,9 @@ HOSTILE_WAVS = {  # the edit, and what the reader does: a data chunk cut short i
     "width-huge": (lambda f: f.update(width=4096), "refused"),
     "compressed": (lambda f: f.update(format=2), "refused"),
     "more-channels-than-samples": (lambda f: f.update(channels=65535), "refused"),
+    # 24000/2354 reduces to 12000/1177: a filter of 240,001 taps (found by fuzzing as a slow input)
+    "rate-needing-a-long-filter": (lambda f: f.update(rate=2354), "refused"),
+    "rate-of-cd-audio": (lambda f: f.update(rate=44100), "read"),
 }
 
 
