@@ -251,7 +251,7 @@ def test_an_uploaded_voice_state_speaks(local, cache):
 
 def test_the_default_voice_is_made_once(local, monkeypatch):
     made = []
-    monkeypatch.setattr(local.service.model, "_cloned", lambda *args: made.append(args))
+    monkeypatch.setattr(local.service.model.speaker, "set_voice", lambda *args: made.append(args))
     speech(local, text=TEXT)
     speech(local, text=TEXT)
     assert made == []

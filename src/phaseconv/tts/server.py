@@ -38,8 +38,8 @@ from starlette.concurrency import run_in_threadpool
 from phaseconv.errors import PhaseconvError
 from phaseconv.stream import to_pcm16
 from phaseconv.tts.loaded import SpeechProgram
-from phaseconv.tts.tts_model import URL_SCHEMES, TTSModel, VoiceState, fetched
-from phaseconv.tts.voices import AudioVoice, read_state
+from phaseconv.tts.tts_model import TTSModel, UnknownVoice, VoiceState
+from phaseconv.tts.voices import AudioVoice
 
 PAGE = Path(__file__).with_name("page.html")
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
@@ -119,30 +119,17 @@ class SpeechService:
         self.worker.start()
 
     def _read(self, voice: str) -> str | VoiceState | AudioVoice:
-        """A voice read without the program: a built-in voice's name, a voice state, or audio to clone."""
-        s = self.settings
-        if voice in s.voices:
-            return voice
-        path = fetched(voice) if voice.startswith(URL_SCHEMES) else Path(voice)
-        if path.suffix == ".safetensors":
-            return VoiceState(read_state(path), f"{path.name} (voice state)")
-        if path.is_file():
-            if not s.voice_cloning:
-                from pocket_tts.models.tts_model import VOICE_CLONING_UNSUPPORTED
-
-                raise PhaseconvError(" ".join(VOICE_CLONING_UNSUPPORTED.split()))
-            return AudioVoice.read(path, s.sample_rate, s.frame_size)
-        if path.suffix or "/" in voice:
-            raise PhaseconvError(f"no such voice file: {voice}")
-        carried = ", ".join(sorted(s.voices)) or "none"
-        raise PhaseconvError(f"no voice {voice!r}: the program's voices are {carried} (GET /voices)")
+        """A voice read without the program (TTSModel.find_voice), said as this server names voices."""
+        try:
+            return self.model.find_voice(voice)
+        except UnknownVoice as unknown:
+            raise PhaseconvError(
+                f"no voice {unknown.name!r}: the program's voices are {unknown.carried} (GET /voices)"
+            ) from None
 
     def _state(self, voice) -> VoiceState | None:
-        """The voice state of what _read gave (in the worker: an audio voice is encoded by the program)."""
-        if isinstance(voice, AudioVoice):
-            described = "audio" + (f", its first {self.settings.max_voice_seconds:g} s" if voice.truncated else "")
-            return self.model._cloned(voice, described)
-        return voice if not isinstance(voice, str) else self.model.get_state_for_audio_prompt(voice)
+        """The voice state of what _read gave, in the worker (an audio voice is encoded by the program)."""
+        return None if voice is None else self.model.state_for(voice)
 
     def voice_of(self, voice_url: str | None, upload: bytes | None, filename: str | None):
         """The voice a request names, as pocket-tts's /tts takes it; none: the server's default."""

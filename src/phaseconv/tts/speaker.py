@@ -170,7 +170,7 @@ class Speaker:
         self.voice_positions = 0
         if isinstance(voice, AudioVoice):
             self._encode(voice)
-            said = "audio" + (f", its first {self.settings.max_voice_seconds:g} s" if voice.truncated else "")
+            said = voice.described
         else:
             said = "none"
         return (time.perf_counter() - start) * 1e3, said

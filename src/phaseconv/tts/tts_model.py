@@ -57,6 +57,17 @@ def fetched(url: str) -> Path:
         raise PhaseconvError(f"cannot fetch {url}: {type(error).__name__}: {error}") from None
 
 
+class UnknownVoice(PhaseconvError):
+    """A voice that is none of the program's built-in voices and no file."""
+
+    def __init__(self, name: str, carried: str):
+        super().__init__(
+            f"no voice {name!r}: the program's built-in voices are {carried} (`phaseconv tts PROGRAM "
+            "--list-voices`); a voice is also a .safetensors voice state, an audio file or its URL"
+        )
+        self.name, self.carried = name, carried
+
+
 class _Stopped(Exception):
     """The stream's consumer asked for no more frames."""
 
@@ -109,50 +120,49 @@ class TTSModel:
         (its first 30 s), whatever `truncate` says."""
         if isinstance(audio_conditioning, VoiceState):
             return audio_conditioning
-        s = self.program.settings
         if isinstance(audio_conditioning, torch.Tensor):
-            return self._cloned(self._audio_voice(audio_conditioning), "audio (a tensor)")
-        name = str(audio_conditioning)
-        if name in s.voices:
-            return VoiceState(self.program.builtin_voice(name), f"{name} (built in)")
-        path = fetched(name) if name.startswith(URL_SCHEMES) else Path(name)
+            self._require_cloning()
+            s = self.program.settings
+            audio = audio_conditioning.float().reshape(-1, audio_conditioning.shape[-1]).mean(0, keepdim=True)
+            return self.state_for(AudioVoice.of(audio, s.sample_rate, s.sample_rate, s.frame_size))
+        return self.state_for(self.find_voice(str(audio_conditioning)))
+
+    def find_voice(self, voice: str) -> str | VoiceState | AudioVoice:
+        """What `voice` names, read without running the program: a built-in voice's name, a voice
+        state, or audio to clone (state_for makes it a voice state). UnknownVoice for a name that is
+        none of the program's voices and no file."""
+        s = self.program.settings
+        if voice in s.voices:
+            return voice
+        path = fetched(voice) if voice.startswith(URL_SCHEMES) else Path(voice)
         if not path.is_file():
-            carried = ", ".join(sorted(s.voices)) or "none"
-            if path.suffix or "/" in name:
-                raise PhaseconvError(f"no such voice file: {name}")
-            raise PhaseconvError(
-                f"no voice {name!r}: the program's built-in voices are {carried} (`phaseconv tts PROGRAM "
-                "--list-voices`); a voice is also a .safetensors voice state, an audio file or its URL"
-            )
+            if path.suffix or "/" in voice:
+                raise PhaseconvError(f"no such voice file: {voice}")
+            raise UnknownVoice(voice, ", ".join(sorted(s.voices)) or "none")
         if path.suffix == ".safetensors":
             return VoiceState(read_state(path), f"{path.name} (voice state)")
-        voice = AudioVoice.read(path, s.sample_rate, s.frame_size)
-        return self._cloned(voice, "audio" + (f", its first {s.max_voice_seconds:g} s" if voice.truncated else ""))
+        self._require_cloning()
+        return AudioVoice.read(path, s.sample_rate, s.frame_size)
+
+    def state_for(self, voice: str | VoiceState | AudioVoice) -> VoiceState:
+        """The voice state of what find_voice gave: an audio voice is encoded by the program."""
+        if isinstance(voice, str):
+            return VoiceState(self.program.builtin_voice(voice), f"{voice} (built in)")
+        if isinstance(voice, AudioVoice):
+            self.speaker.set_voice(voice)
+            return VoiceState(self.speaker.voice_state(), voice.described)
+        return voice
 
     def empty_state(self) -> VoiceState:
         """No voice: the language model's unconditioned start (a cache of no positions)."""
         s = self.program.settings
         return VoiceState(torch.zeros(s.layers, 2, 0, s.kv_heads, s.head_dim), "none")
 
-    def _audio_voice(self, audio: torch.Tensor) -> AudioVoice:
-        """Audio at the model's rate as pocket-tts takes a tensor: mono, ended on a pause, whole frames."""
-        from pocket_tts.data.audio_utils import end_on_pause
-        from pocket_tts.modules.conv import pad_for_conv1d
-
-        s = self.program.settings
-        audio = audio.float().reshape(-1, audio.shape[-1]).mean(0, keepdim=True)
-        keep = int(s.max_voice_seconds * s.sample_rate)
-        truncated = max(0, audio.shape[-1] - keep) / s.sample_rate
-        audio = pad_for_conv1d(end_on_pause(audio[:, :keep], s.sample_rate)[None], s.frame_size, s.frame_size)
-        return AudioVoice(audio, audio.shape[-1] // s.frame_size, truncated)
-
-    def _cloned(self, voice: AudioVoice, described: str) -> VoiceState:
+    def _require_cloning(self) -> None:
         if not self.program.settings.voice_cloning:
             from pocket_tts.models.tts_model import VOICE_CLONING_UNSUPPORTED
 
             raise PhaseconvError(" ".join(VOICE_CLONING_UNSUPPORTED.split()))
-        self.speaker.set_voice(voice)
-        return VoiceState(self.speaker.voice_state(), described)
 
     def generate_audio(
         self,
@@ -164,7 +174,9 @@ class TTSModel:
     ) -> torch.Tensor:
         """The whole utterance: a 1-D float tensor at `sample_rate`. `copy_state` is pocket-tts's; a
         VoiceState is never changed by speaking."""
-        return torch.cat(list(self.generate_audio_stream(model_state, text_to_generate, max_tokens, frames_after_eos)))
+        frames = []
+        self.speak(model_state, text_to_generate, max_tokens, frames_after_eos)(lambda pcm: frames.append(pcm.clone()))
+        return torch.cat(frames)
 
     def generate_audio_stream(
         self,
@@ -178,7 +190,7 @@ class TTSModel:
         """Each frame's audio as it is decoded (1-D, `sample_rate`), the language model and decoder on
         a thread of their own. `stop`: once set, no frame is yielded and the generation ends at its
         next frame; a consumer that leaves the loop ends it too."""
-        report = self.speak(model_state, text_to_generate, max_tokens, frames_after_eos)
+        run = self.speak(model_state, text_to_generate, max_tokens, frames_after_eos)
         frames: queue.Queue = queue.Queue()
         stop = stop or threading.Event()
         leaving = threading.Event()
@@ -190,7 +202,7 @@ class TTSModel:
 
         def work() -> None:
             try:
-                report(on_frame)
+                run(on_frame)
             except _Stopped:
                 pass
             except BaseException as error:  # said to the consumer, in its thread

@@ -91,8 +91,6 @@ class AudioVoice:
     @classmethod
     def read(cls, path: Path, sample_rate: int, frame_size: int) -> AudioVoice:
         from pocket_tts.data.audio import audio_read
-        from pocket_tts.data.audio_utils import convert_audio, end_on_pause
-        from pocket_tts.modules.conv import pad_for_conv1d
 
         if not path.is_file():
             raise PhaseconvError(f"no such voice file: {path}")
@@ -102,11 +100,23 @@ class AudioVoice:
             raise PhaseconvError(f"{path} is not audio pocket-tts can read: {type(error).__name__}: {error}") from None
         if audio.numel() == 0:
             raise PhaseconvError(f"{path} holds no audio")
+        return cls.of(audio, rate, sample_rate, frame_size)
+
+    @classmethod
+    def of(cls, audio: torch.Tensor, rate: int, sample_rate: int, frame_size: int) -> AudioVoice:
+        """Audio [channels, samples] at `rate` as a voice prompt at `sample_rate`."""
+        from pocket_tts.data.audio_utils import convert_audio, end_on_pause
+        from pocket_tts.modules.conv import pad_for_conv1d
+
         keep = int(MAX_VOICE_SECONDS * rate)
         truncated = max(0, audio.shape[-1] - keep) / rate
         audio = end_on_pause(convert_audio(audio[..., :keep], rate, sample_rate, 1), sample_rate)
         audio = pad_for_conv1d(audio[None], frame_size, frame_size)
         return cls(audio, audio.shape[-1] // frame_size, truncated)
+
+    @property
+    def described(self) -> str:
+        return "audio" + (f", its first {MAX_VOICE_SECONDS:g} s" if self.truncated else "")
 
 
 def longest_audio_voice(sample_rate: int, frame_size: int, voice_start: bool) -> int:
