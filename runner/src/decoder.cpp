@@ -3,7 +3,6 @@
 #include <executorch/extension/tensor/tensor.h>
 
 #include <algorithm>
-#include <chrono>
 
 #include "audio.h"
 #include "contract.h"
@@ -11,10 +10,6 @@
 namespace phaseconv {
 
 namespace method = contract::method;
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 Decoder::Decoder(Program& program) : program_(program), thread_([this] { loop(); }) {}
 

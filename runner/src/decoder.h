@@ -67,6 +67,5 @@ class Decoder {
   std::thread thread_;  // last: it starts once the members above are ready
 };
 
-double now_ms();
 
 }  // namespace phaseconv

@@ -23,10 +23,6 @@ using executorch::runtime::HierarchicalAllocator;
 using executorch::runtime::Span;
 namespace method = contract::method;
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 template <size_t N>
 void set_xnnpack_option(const char (&name)[N], executorch::runtime::OptionValue value) {
   static_assert(N <= executorch::runtime::kMaxOptionKeyLength);
@@ -40,6 +36,10 @@ void set_xnnpack_option(const char (&name)[N], executorch::runtime::OptionValue 
 }
 
 }  // namespace
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // One thread's planned memory, buffers in MethodMeta's order: the first (temporaries) its own, the others
 // (the program's state) the program's, shared with the other thread.

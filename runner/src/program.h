@@ -58,4 +58,7 @@ class Program {
 // XNNPACK's thread pool sized to `threads` (threads.cpp); before any program loads.
 void set_threads(int threads);
 
+// A steady clock's milliseconds, for the runner's measurements.
+double now_ms();
+
 }  // namespace phaseconv

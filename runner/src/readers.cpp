@@ -13,14 +13,6 @@
 namespace phaseconv {
 namespace {
 
-// The steps after a WAV is read, as a voice prompt: resampled to the model's rate, ended on a pause.
-// A longer file is cut to a second here: resampling costs what the audio holds, not what it says.
-void as_voice(Audio audio) {
-  if (audio.samples.size() > static_cast<size_t>(audio.rate)) audio.samples.resize(audio.rate);
-  std::vector<float> wav = end_on_pause(convert_audio(audio.samples, audio.rate, 24000), 24000);
-  wav.resize((wav.size() + 1919) / 1920 * 1920, 0.0f);
-}
-
 void as_text(const std::string& data, const std::string& tokenizer) {
   static std::unique_ptr<Tokenizer> loaded = load_tokenizer(tokenizer_kind(tokenizer), [&] {
     std::FILE* file = std::fopen(tokenizer.c_str(), "rb");
@@ -47,7 +39,8 @@ bool read_one(const std::string& kind, const std::string& data, const std::strin
     if (kind == "voice-state") {
       voice_state_of(data, "the file");
     } else if (kind == "wav") {
-      as_voice(wav_of(data, "the file"));
+      bool truncated = false;  // a longer file is cut to a second: resampling costs what the audio holds
+      voice_audio(wav_of(data, "the file"), 24000, 1920, 1.0, truncated);
     } else if (kind == "tokenizers" || kind == "sentencepiece") {
       auto loaded = load_tokenizer(kind, data);
       loaded->decode(loaded->encode("Hello there, 42 times: \xc3\xa9t\xc3\xa9!"));

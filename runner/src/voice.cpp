@@ -128,7 +128,10 @@ VoiceState voice_state_of(const std::string& data, const std::string& path) {
 
 std::vector<float> read_voice_audio(const std::string& path, int rate, int frame_size, double max_seconds,
                                     bool& truncated) {
-  Audio audio = read_wav(path);
+  return voice_audio(read_wav(path), rate, frame_size, max_seconds, truncated);
+}
+
+std::vector<float> voice_audio(Audio audio, int rate, int frame_size, double max_seconds, bool& truncated) {
   size_t keep = static_cast<size_t>(max_seconds * audio.rate);
   truncated = audio.samples.size() > keep;
   if (truncated) audio.samples.resize(keep);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "audio.h"
+
 namespace phaseconv {
 
 // The language model's cache after a voice prompt: per layer, keys then values at `positions`
@@ -25,5 +27,7 @@ VoiceState voice_state_of(const std::string& data, const std::string& path);
 // on a pause, zeros to whole frames of `frame_size`. `truncated`: whether it was longer.
 std::vector<float> read_voice_audio(const std::string& path, int rate, int frame_size, double max_seconds,
                                     bool& truncated);
+// The same, of audio already read.
+std::vector<float> voice_audio(Audio audio, int rate, int frame_size, double max_seconds, bool& truncated);
 
 }  // namespace phaseconv
