@@ -192,7 +192,7 @@ def test_weights_without_voice_cloning_are_the_fallback_and_refuse_an_audio_voic
 
     stand_in_cache(tmp_path, CONFIG, cloning=False, voices=())
     with offline_cache(tmp_path):
-        found = hub.weights(CONFIG)
+        found = hub.weights(hub.load_config(CONFIG), CONFIG)
     assert not found.voice_cloning and found.source == "the config's, without voice cloning"
     settings = SimpleNamespace(voices={}, voice_cloning=False, sample_rate=24000, frame_size=1920)
     model = object.__new__(TTSModel)  # the check needs the program's settings alone

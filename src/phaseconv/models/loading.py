@@ -52,10 +52,10 @@ def load_model(
 
         config, _, query = spec.removeprefix("pocket-tts:").partition("?")
         config, frames = config or DEFAULT_CONFIG, _frames(spec, query)
-        hub.config_path(config)
+        settings = hub.load_config(config)
         if weights is None and not random_weights:
             try:
-                found = hub.weights(config)
+                found = hub.weights(settings, config)
                 weights = found.path
                 if say is not None:
                     say(f"{spec}: weights {found.source}")

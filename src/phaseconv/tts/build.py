@@ -19,7 +19,6 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.models.pocket_tts import hub
 from phaseconv.models.pocket_tts.decoder import EncoderStep, MimiStep, StreamingStep
 from phaseconv.models.pocket_tts.language_model import (
     CACHE_BLOCK,
@@ -212,7 +211,7 @@ def settings_of(model: Model, capacity: int, blocks: list[int], quantize, quanti
         replace_characters=dict(config.replace_characters),
         tokenizer=tokenizer_kind(model.tokenizer) if model.tokenizer is not None else None,
         voices={name: state.shape[2] for name, state in model.voices.items()},
-        default_voice=hub.default_voice(model.config) if hub.default_voice(model.config) in model.voices else None,
+        default_voice=model.default_voice,
         quantize=quantize,
         quantize_decoder=quantize_decoder,
         max_text_tokens=MAX_TEXT_TOKENS,

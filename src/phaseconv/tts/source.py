@@ -20,15 +20,6 @@ from phaseconv.tts import voices as voice_states
 DEFAULT_TTS_CONFIG = hub.DEFAULT_LANGUAGE
 
 
-def load_tts_config(config: str):
-    """pocket-tts's Config for a shipped config, its weights and tokenizer paths cleared (the caller
-    gives the model's weights and tokenizer)."""
-    settings = hub.load_config(config)
-    settings.weights_path = settings.weights_path_without_voice_cloning = None
-    settings.flow_lm.weights_path = settings.mimi.weights_path = None
-    return settings
-
-
 def load_tokenizer(path: Path, n_bins: int):
     """pocket-tts's tokenizer for a sentencepiece `.model` or a tokenizers `.json` file, whose
     vocabulary must have the config's `n_bins` pieces."""
@@ -49,16 +40,18 @@ def tokenizer_kind(path: Path) -> str:
     return "tokenizers" if path.suffix == ".json" else "sentencepiece"
 
 
-def _built(config, **weights_paths):
-    """pocket-tts's TTSModel for a Config, built by its own loader (weights from the paths given, or
-    left as built), its tokenizer left out (read here from a local file)."""
+def _built(settings, **weights_paths):
+    """pocket-tts's TTSModel for a copy of `settings` (a Config) with `weights_paths`, built by its own
+    loader (weights from the paths given, or left as built), its tokenizer left out (read here from a
+    local file)."""
     from pocket_tts.models.tts_model import TTSModel
 
+    settings = settings.model_copy(deep=True)
     for name, value in weights_paths.items():
-        setattr(config, name, value)
+        setattr(settings, name, value)
     with mock.patch("pocket_tts.modules.text_conditioner.build_tokenizer", lambda *args, **kwargs: None):
         return TTSModel._from_pydantic_config_with_weights(
-            config, config.default_temperature, 1, None, config.default_eos_threshold
+            settings, settings.default_temperature, 1, None, settings.default_eos_threshold
         )
 
 
@@ -67,9 +60,15 @@ def build_tts(config: str = DEFAULT_TTS_CONFIG, weights: Path | None = None, tok
     those of `weights` (the whole model's .safetensors: flow_lm.* and mimi.* keys), and the tokenizer
     of `tokenizer` (none: the model can run but not read text)."""
     hub._pocket_tts()
-    settings = load_tts_config(config)
+    return _build(hub.load_config(config), config, weights, tokenizer, seed)
+
+
+def _build(settings, config: str, weights: Path | None, tokenizer: Path | None, seed: int):
     torch.manual_seed(seed)
-    tts = _built(settings)
+    unloaded = settings.model_copy(deep=True)
+    unloaded.weights_path = unloaded.weights_path_without_voice_cloning = None
+    unloaded.flow_lm.weights_path = unloaded.mimi.weights_path = None
+    tts = _built(unloaded)
     if weights is not None:
         load_tts_weights(tts, weights, config)
     else:  # pocket-tts leaves it zero for its weights file to fill: random, or every voice would be silence
@@ -104,6 +103,7 @@ class Model:
     voice_cloning: bool
     tokenizer: Path | None = None
     voices: dict[str, torch.Tensor] = field(default_factory=dict)  # built-in voice -> state
+    default_voice: str | None = None  # the language's, where among `voices`
 
 
 def load_model(
@@ -118,7 +118,6 @@ def load_model(
     tokenizer and built-in voices from the hub or its cache (hub.py); or the weights of `weights`, or
     random ones (`random_weights`, seeded), which built-in voices do not fit (pocket-tts refuses them
     with custom weights). `tokenizer` replaces the config's; `voices` picks built-in voices by name."""
-    hub.config_path(config)  # an unknown name first
     if weights is not None and random_weights:
         raise PhaseconvError("give --weights FILE or --random-weights, not both")
     if voices and (weights is not None or random_weights):
@@ -126,17 +125,29 @@ def load_model(
             "built-in voices are states of the config's released weights: --voices goes without --weights "
             "and --random-weights (pocket-tts refuses them with other weights)"
         )
-    if random_weights:
-        return random_model(config, tokenizer or hub.tokenizer(config), seed)
-    if weights is not None:
-        tokenizer = tokenizer or hub.tokenizer(config)
-        return Model(build_tts(config, weights, tokenizer), config, weights.name, True, tokenizer)
-    found = hub.weights(config)
-    tokenizer = tokenizer or hub.tokenizer(config)
-    tts = _built(hub.load_config(config), weights_path=str(found.path), weights_path_without_voice_cloning=None)
-    tts.flow_lm.conditioner.tokenizer = load_tokenizer(tokenizer, tts.config.flow_lm.lookup_table.n_bins)
-    states = {name: voice_states.read_state(path) for name, path in hub.voices(config, voices).items()}
-    return Model(tts.eval(), config, found.source, found.voice_cloning, tokenizer, states)
+    files = hub.resolve(config, weights is None and not random_weights, tokenizer, voices)
+    return from_files(files, weights, seed)
+
+
+def from_files(files: hub.ConfigFiles, weights: Path | None = None, seed: int = 0) -> Model:
+    """The model of a config's files: its released weights and voices where `files` has them, else
+    the weights of `weights`, else random ones (seeded)."""
+    if files.weights is None:
+        tts = _build(files.settings, files.name, weights, files.tokenizer, seed)
+        source = weights.name if weights is not None else f"random (seed {seed})"
+        return Model(tts, files.name, source, True, files.tokenizer)
+    tts = _built(files.settings, weights_path=str(files.weights.path), weights_path_without_voice_cloning=None)
+    tts.flow_lm.conditioner.tokenizer = load_tokenizer(files.tokenizer, files.settings.flow_lm.lookup_table.n_bins)
+    states = {name: voice_states.read_state(path) for name, path in files.voices.items()}
+    return Model(
+        tts.eval(),
+        files.name,
+        files.weights.source,
+        files.weights.voice_cloning,
+        files.tokenizer,
+        states,
+        files.default_voice,
+    )
 
 
 def random_model(config: str = DEFAULT_TTS_CONFIG, tokenizer: Path | None = None, seed: int = 0) -> Model:

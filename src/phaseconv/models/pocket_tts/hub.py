@@ -10,7 +10,7 @@ there before the hub is asked, so that an offline machine does not wait for the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from phaseconv.errors import PhaseconvError
@@ -93,10 +93,9 @@ def missing(hub_path: str, what: str, flags: str) -> PhaseconvError:
     )
 
 
-def weights(config: str) -> Weights:
+def weights(settings, config: str) -> Weights:
     """The config's weights, the voice-cloning ones where the cache or the hub gives them (the hub
     only to a user who accepted their terms), else those without voice cloning, as pocket-tts falls back."""
-    settings = load_config(config)
     cloning, public = settings.weights_path, settings.weights_path_without_voice_cloning
     if cloning and cached(cloning):
         return Weights(cached(cloning), True, "the config's, with voice cloning")
@@ -113,15 +112,42 @@ def weights(config: str) -> Weights:
         raise missing(public, f"pocket-tts {config}'s weights", "--weights FILE or --random-weights") from None
 
 
-def tokenizer(config: str) -> Path:
+def tokenizer(settings, config: str) -> Path:
     """The config's tokenizer file (a sentencepiece .model or a tokenizers .json)."""
-    hub_path = load_config(config).flow_lm.lookup_table.tokenizer_path
+    hub_path = settings.flow_lm.lookup_table.tokenizer_path
     if not hub_path.startswith(("hf://", "http://", "https://")):
         return Path(hub_path)
     try:
         return download(hub_path)
     except Exception:
         raise missing(hub_path, f"pocket-tts {config}'s tokenizer", "--tokenizer FILE") from None
+
+
+@dataclass(frozen=True)
+class ConfigFiles:
+    """A shipped config as pocket-tts reads it, its files found once: the settings (pocket-tts's
+    Config), the tokenizer, the released weights and built-in voices where they were asked for."""
+
+    name: str
+    settings: object
+    tokenizer: Path
+    weights: Weights | None = None
+    voices: dict[str, Path] = field(default_factory=dict)
+    default_voice: str | None = None  # pocket-tts's for the language, where among `voices`
+
+
+def resolve(
+    config: str, released_weights: bool, tokenizer_file: Path | None = None, voice_names: list[str] | None = None
+) -> ConfigFiles:
+    """`config`'s files from the cache or the hub: its tokenizer (unless `tokenizer_file` replaces
+    it) and, with `released_weights`, its weights and built-in voices (`voice_names`: those only)."""
+    settings = load_config(config)
+    if not released_weights:
+        return ConfigFiles(config, settings, tokenizer_file or tokenizer(settings, config))
+    released = weights(settings, config)
+    found = tokenizer_file or tokenizer(settings, config)
+    states, default = voices(config, voice_names), default_voice(config)
+    return ConfigFiles(config, settings, found, released, states, default if default in states else None)
 
 
 def builtin_voice_names() -> list[str]:
