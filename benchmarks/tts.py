@@ -17,6 +17,9 @@ each variant in turn:
 - eager LM + phaseconv decoder: pocket-tts's language model in eager, each frame decoded by the
   program's `decode` (what the decoder step alone gives);
 - phaseconv program: the runner, every model call an ExecuTorch method, one call after the other;
+- phaseconv Python API: the fp32 program through `TTSModel.generate_audio_stream` (pocket-tts's calls;
+  generation on a thread of its own, the voice state put in the cache at each call, as pocket-tts's
+  copies its state), its first chunk against the runner's first audio;
 - each program again with its decoder in a second process: the runner's `--pipeline`, the language
   model in this process and the decoder in another (the same file loaded again), each at the
   worker's threads;
@@ -65,6 +68,7 @@ DEFAULT_CONFIGS = "english_2m_2026-10,english_18m_2026-10,english_2026-09"
 PIPELINED = ", decoder in a second process"
 RUNNER = Path(__file__).resolve().parent.parent / "runner" / "build" / "phaseconv-tts"
 CPP = "C++ runner: "
+API = "phaseconv Python API (generate_audio_stream)"
 
 
 def cpp_speech(path: str, text: str, wav: Path, threads: int) -> tuple[dict, float]:
@@ -98,6 +102,7 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
     import phaseconv.tts.build  # noqa: F401
     from phaseconv.tts.loaded import SpeechProgram
     from phaseconv.tts.speaker import Speaker, SpeechReport
+    from phaseconv.tts.tts_model import TTSModel
     from phaseconv.tts.voices import AudioVoice
 
     before, code_before = resident_mib(), library_code_mib(program)
@@ -183,6 +188,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     from phaseconv.tts.loaded import SpeechProgram
     from phaseconv.tts.source import build_tts
     from phaseconv.tts.speaker import Speaker, SpeechReport
+    from phaseconv.tts.tts_model import TTSModel
     from phaseconv.tts.voices import AudioVoice
 
     torch.set_num_threads(threads)
@@ -199,13 +205,15 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
         speaker.set_voice(AudioVoice.read(wav, 24000, 1920))
         speakers[name] = speaker
     hybrid = EagerLmProgramDecoder(tts, loaded["phaseconv program"])
+    api = TTSModel(loaded["phaseconv program"], 0.0, math.inf)  # the same voice the speakers hold
+    api_state = api.get_state_for_audio_prompt(wav)
     pipelined = {name + PIPELINED: DecoderProcess(Path(path), threads) for name, (path, _) in programs.items()}
     speakers |= {name + PIPELINED: speakers[name] for name in programs}
     cpp = {CPP + name: path for name, (path, _) in programs.items()} if RUNNER.is_file() else {}
     rows = []
     for label, text in TEXTS.items():
         for run in range(runs):
-            for name in ("pocket-tts eager", "eager LM + phaseconv decoder", *speakers, *cpp):
+            for name in ("pocket-tts eager", "eager LM + phaseconv decoder", API, *speakers, *cpp):
                 frames, first, started = [], [], time.perf_counter()
 
                 def on_frame(pcm, frames=frames, first=first, started=started):
@@ -223,6 +231,9 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                         on_frame(chunk)
                 elif name == "eager LM + phaseconv decoder":
                     hybrid.speak(voice_state, text, on_frame)
+                elif name == API:
+                    for chunk in api.generate_audio_stream(api_state, text):
+                        on_frame(chunk)
                 else:
                     speaker = speakers[name]
                     report = SpeechReport(0, 0, 24000, 1920, 0.0)
@@ -273,6 +284,7 @@ def quality_rows(config: str, loaded: dict, tokenizer: Path, wav: Path) -> list[
     import torch
 
     from phaseconv.tts.speaker import Speaker, SpeechReport
+    from phaseconv.tts.tts_model import TTSModel
     from phaseconv.tts.voices import AudioVoice
 
     def speak(speech, eos: bool) -> tuple[torch.Tensor, list]:
@@ -316,11 +328,12 @@ def _reset_ms(speech) -> float:
 
 def lower_programs(config: str, schemes: list[str], folder: Path) -> None:
     """The config's programs (fp32, and each scheme's), a stand-in tokenizer and a voice, in `folder`."""
+    from phaseconv.models.pocket_tts import hub
     from phaseconv.tts.build import lower_tts
-    from phaseconv.tts.source import load_tts_config, random_model
+    from phaseconv.tts.source import random_model
     from phaseconv.tts.stand_ins import stand_in_tokenizer, stand_in_voice
 
-    tokenizer = stand_in_tokenizer(folder / "tokenizer.model", load_tts_config(config).flow_lm.lookup_table.n_bins)
+    tokenizer = stand_in_tokenizer(folder / "tokenizer.model", hub.load_config(config).flow_lm.lookup_table.n_bins)
     stand_in_voice(folder / "voice.wav", seconds=4.0)
     programs = {}
     for scheme in [None, *schemes]:
