@@ -5,7 +5,9 @@ pocket-tts-tts:CONFIG, spoken by phaseconv's runner) against pocket-tts's own ea
                              [--threads 1,2] [--quantize english_2026-09=8da4w+8da4w/int8] [--runs 3]
                              [--json results/tts.json]
 
-Per config and thread count (one worker process each: XNNPACK's pool is sized before any load):
+Per config and thread count (one worker process each: XNNPACK's pool is sized before any load),
+the worker pinned to as many cores as threads (taskset's affinity, which the decoder's thread and
+process and the C++ runner inherit): "1 thread" is everything on one core, every variant alike.
 random weights (seeded), a stand-in tokenizer of the config's n_bins pieces and a synthesized voice
 prompt (phaseconv/tts/stand_ins.py; the hub is out of reach). The program is lowered fp32 and,
 where --quantize asks, with the language model's linears in 8da4w or 8da8w and the decoder in int8
@@ -102,7 +104,6 @@ def memory_worker(program: Path, tokenizer: Path) -> None:
     import phaseconv.tts.build  # noqa: F401
     from phaseconv.tts.loaded import SpeechProgram
     from phaseconv.tts.speaker import Speaker, SpeechReport
-    from phaseconv.tts.tts_model import TTSModel
     from phaseconv.tts.voices import AudioVoice
 
     before, code_before = resident_mib(), library_code_mib(program)
@@ -177,8 +178,11 @@ class EagerLmProgramDecoder:
 
 
 def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> None:
+    import os
+
     from phaseconv.runtimes.executorch import set_threads
 
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:threads]))  # its processes and threads inherit it
     set_threads(threads)  # before any program is loaded
     import dataclasses
 
@@ -284,7 +288,6 @@ def quality_rows(config: str, loaded: dict, tokenizer: Path, wav: Path) -> list[
     import torch
 
     from phaseconv.tts.speaker import Speaker, SpeechReport
-    from phaseconv.tts.tts_model import TTSModel
     from phaseconv.tts.voices import AudioVoice
 
     def speak(speech, eos: bool) -> tuple[torch.Tensor, list]:
