@@ -393,6 +393,46 @@ def lowering(data: dict) -> str:
     return _machine(data["meta"], command) + note + "\n\n" + _table(header, rows)
 
 
+def tts_limits(data: dict) -> str:
+    """pocket-tts's methods per call against their floors (bytes / read rate, MACs / best kernel rate),
+    then the language model step's time per kind of XNNPACK operator."""
+    machine = data["meta"]["machine"]
+    rates = ", ".join(f"{kernel} {rate:.1f}" for kernel, rate in machine["kernels"].items())
+    header = ["config", "LM", "method", "part", "MiB read", "MMAC", "ms", "floor ms", "bound", "x floor"]
+    rows = [
+        [
+            r["config"],
+            r["quantize"],
+            r["method"],
+            r["part"],
+            f"{r['bytes'] / 2**20:.1f}",
+            f"{r['macs'] / 1e6:.1f}",
+            _ms(r["ms"]),
+            _ms(r["floor_ms"]),
+            f"{r['bound']} ({r['read_gb_s']:.1f} GB/s)" if r["bound"] == "memory" else f"compute ({r['kernel']})",
+            f"{r['of_floor']:.2f}",
+        ]
+        for r in data["rows"]
+    ]
+    steps = [r for r in data["rows"] if "operator_ms" in r]
+    kinds = sorted({k for r in steps for k in r["operator_ms"]}, key=lambda k: -steps[-1]["operator_ms"].get(k, 0))
+
+    def share(row: dict, kind: str) -> str:
+        ms = row["operator_ms"].get(kind, 0.0)
+        return f"{ms:.3f} ({ms / sum(row['operator_ms'].values()):.0%})"
+
+    operators = [[kind] + [share(r, kind) for r in steps] for kind in kinds]
+    note = (
+        f" One core; memory read {machine['read_1gib_gb_s']:.1f} GB/s over 1 GiB (the rate at each method's own"
+        f" size is in its row); XNNPACK's best rates, GMAC/s: {rates}."
+    )
+    command = "python benchmarks/tts_limits.py"
+    step_header = ["operator (the LM step, ETDump)"] + [f"{r['quantize']}: ms (share)" for r in steps]
+    return (
+        _machine(data["meta"], command) + note + "\n\n" + _table(header, rows) + "\n\n" + _table(step_header, operators)
+    )
+
+
 def frames_per_call(data: dict) -> str:
     """pocket-tts's decoder step over 1, 2 and 4 frames a call, per frame, against one a call."""
     header = ["config", "precision", "frames a call", "ms per frame", "against one a call", "GMAC/s", "of best GEMM"]
@@ -460,6 +500,7 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "serve": serve,
     "streaming": streaming,
     "tts": tts,
+    "tts_limits": tts_limits,
 }
 
 

@@ -25,6 +25,13 @@ each variant in turn:
 - each program again with its decoder in a second process: the runner's `--pipeline`, the language
   model in this process and the decoder in another (the same file loaded again), each at the
   worker's threads;
+- sherpa-onnx 2.0.1 (PyPI), where its runner takes the config (text embeddings 1024 wide: english):
+  the same weights exported to its five ONNX files by phaseconv.models.pocket_tts.sherpa_onnx (a
+  port of its exporter; at temperature 0 it speaks pocket-tts's samples, tests/tts/test_sherpa_onnx.py),
+  fp32 and its int8 (dynamic int8 on the matrix products of lm_main, lm_flow and decoder), its
+  sessions at the worker's threads. It generates a sentence's frames, then decodes them; its end of
+  speech (a fixed logit > -4) is off in the export and its `max_frames` gives each sentence its
+  share of the frames pocket-tts spoke for the text;
 - each program through the C++ runner (`./dev runner`: runner/build/phaseconv-tts, its decoder on a
   thread of its own, `--threads` the worker's), a process per run; its own summary gives the figures.
 
@@ -71,6 +78,7 @@ PIPELINED = ", decoder in a second process"
 RUNNER = Path(__file__).resolve().parent.parent / "runner" / "build" / "phaseconv-tts"
 CPP = "C++ runner: "
 API = "phaseconv Python API (generate_audio_stream)"
+SHERPA = "sherpa-onnx 2.0.1 "
 
 
 def cpp_speech(path: str, text: str, wav: Path, threads: int) -> tuple[dict, float]:
@@ -214,10 +222,11 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     pipelined = {name + PIPELINED: DecoderProcess(Path(path), threads) for name, (path, _) in programs.items()}
     speakers |= {name + PIPELINED: speakers[name] for name in programs}
     cpp = {CPP + name: path for name, (path, _) in programs.items()} if RUNNER.is_file() else {}
+    sherpa = sherpa_speakers(folder, threads, wav)
     rows = []
     for label, text in TEXTS.items():
         for run in range(runs):
-            for name in ("pocket-tts eager", "eager LM + phaseconv decoder", API, *speakers, *cpp):
+            for name in ("pocket-tts eager", "eager LM + phaseconv decoder", API, *speakers, *cpp, *sherpa):
                 frames, first, started = [], [], time.perf_counter()
 
                 def on_frame(pcm, frames=frames, first=first, started=started):
@@ -233,6 +242,9 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                 if name == "pocket-tts eager":
                     for chunk in tts.generate_audio_stream(voice_state, text):
                         on_frame(chunk)
+                    spoken = sum(frames) // tts.mimi.frame_size
+                elif name in sherpa:
+                    sherpa[name](tts, text, spoken, lambda samples, _: on_frame(torch.from_numpy(samples)) or 1)
                 elif name == "eager LM + phaseconv decoder":
                     hybrid.speak(voice_state, text, on_frame)
                 elif name == API:
@@ -269,6 +281,32 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     for name, (path, lowering_s) in programs.items() if threads == 1 else ():  # memory: once per program
         rows.append(memory_row(config, name, path, lowering_s, tokenizer))
     out.write_text(json.dumps(rows))
+
+
+def sherpa_speakers(folder: Path, threads: int, wav: Path) -> dict:
+    """sherpa-onnx on the files export_sherpa wrote, by variant: a function that speaks a text in the
+    frames pocket-tts spoke for it. sherpa-onnx splits the text at sentence ends and gives each
+    sentence `max_frames`, so each gets its share of the frames; the voice's encoding, which it caches,
+    is done before (a first call), as the other variants set their voice once."""
+    import re
+
+    from pocket_tts.models.text_chunking import prepare_text_prompt
+
+    from phaseconv.models.pocket_tts import sherpa_onnx
+
+    voice = sherpa_onnx.voice_audio(wav, 24000)
+    speakers = {}
+    for name, files in json.loads((folder / "sherpa.json").read_text()).items():
+        engine = sherpa_onnx.engine({field: Path(path) for field, path in files.items()}, threads)
+        engine.generate("Hello.", sherpa_onnx.generation(voice, 24000, 2, 1))
+
+        def speak(tts, text, frames, on_chunk, engine=engine):
+            prepared, _ = prepare_text_prompt(text, tts.pad_with_spaces_for_short_inputs, tts.remove_semicolons)
+            each = math.ceil(frames / len(re.findall(r"[.!?]+(?:\s|$)", prepared)))
+            engine.generate(prepared, sherpa_onnx.generation(voice, 24000, each, tts.sampler_decode_steps), on_chunk)
+
+        speakers[name] = speak
+    return speakers
 
 
 def cpp_row(config: str, threads: int, text: str, run: int, name: str, summary: dict) -> dict:
@@ -350,6 +388,23 @@ def lower_programs(config: str, schemes: list[str], folder: Path) -> None:
             lowered.save(path)
             programs[name] = (str(path), time.perf_counter() - started)
     (folder / "programs.json").write_text(json.dumps(programs))
+    export_sherpa(config, tokenizer, folder)
+
+
+def export_sherpa(config: str, tokenizer: Path, folder: Path) -> None:
+    """sherpa-onnx's files for the config's weights (the worker's, seed 0), fp32 and int8, listed in
+    sherpa.json; none where sherpa-onnx cannot run the config (its runner takes 1024-wide text only)."""
+    from phaseconv.models.pocket_tts import sherpa_onnx
+    from phaseconv.tts.source import build_tts
+
+    tts, files = build_tts(config, tokenizer=tokenizer), {}
+    if tts.flow_lm.dim == sherpa_onnx.SHERPA_TEXT_WIDTH:
+        with console.status(f"{config}: exporting sherpa-onnx's files"):
+            (folder / "sherpa").mkdir()
+            fp32 = sherpa_onnx.export(tts, tokenizer, folder / "sherpa", end_of_speech=False)
+            files = {SHERPA + "fp32": fp32, SHERPA + "int8": sherpa_onnx.quantized(fp32, folder / "sherpa")}
+    listed = {name: {field: str(path) for field, path in paths.items()} for name, paths in files.items()}
+    (folder / "sherpa.json").write_text(json.dumps(listed))
 
 
 def quantization(scheme: str | None) -> tuple[str | None, str | None]:

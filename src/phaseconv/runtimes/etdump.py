@@ -33,16 +33,18 @@ def operator_kind(name: str) -> str:
     return name.rsplit(" #", 1)[0]
 
 
-def _timed_events(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int) -> list[tuple[str, list[float]]]:
-    """(name, ms in each of `runs` calls after one untimed call) of every operator, in the order
-    they ran. Calls carry state from one to the next, as a stream does."""
+def _timed_events(
+    buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int, method_name: str = "forward"
+) -> list[tuple[str, list[float]]]:
+    """(name, ms in each of `runs` calls after one untimed call) of every operator of `method_name`,
+    in the order they ran. Calls carry state from one to the next, as a stream does."""
     from executorch.devtools import Inspector
 
     from phaseconv.runtimes.executorch import load_program
 
     buffer = bytes(buffer)
     program = load_program(buffer, enable_etdump=True, debug_buffer_size=0)
-    method = program.load_method("forward")
+    method = program.load_method(method_name)
     for _ in range(runs + 1):
         method.execute(tuple(inputs))
     with tempfile.TemporaryDirectory() as folder:
@@ -56,17 +58,22 @@ def _timed_events(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int) ->
     return [(e.name, e.perf_data.raw[-runs:]) for e in events]
 
 
-def operator_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 10) -> list[OperatorTime]:
-    """Every operator of one call, in the order it ran, with its median time over `runs` calls
-    (after one untimed call). XNNPACK's thread count must be set before (see set_threads)."""
-    return [OperatorTime(name, statistics.median(calls)) for name, calls in _timed_events(buffer, inputs, runs)]
+def operator_times(
+    buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 10, summary=statistics.median
+) -> list[OperatorTime]:
+    """Every operator of one call, in the order it ran, with its time over `runs` calls (after one
+    untimed call) summarized by `summary` (the median; the mean resolves operators near the
+    timer's microsecond). XNNPACK's thread count must be set before (see set_threads)."""
+    return [OperatorTime(name, summary(calls)) for name, calls in _timed_events(buffer, inputs, runs)]
 
 
-def kind_times(buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20) -> dict[str, float]:
-    """Milliseconds per call spent in each kind of operator ("Fully Connected (NC, F32) GEMM", ...,
-    and the portable kernels): the median over `runs` calls of each call's sum."""
+def kind_times(
+    buffer: bytes, inputs: tuple[torch.Tensor, ...], runs: int = 20, method_name: str = "forward"
+) -> dict[str, float]:
+    """Milliseconds per call of `method_name` spent in each kind of operator ("Fully Connected (NC,
+    F32) GEMM", ..., and the portable kernels): the median over `runs` calls of each call's sum."""
     sums: dict[str, list[float]] = {}
-    for name, calls in _timed_events(buffer, inputs, runs):
+    for name, calls in _timed_events(buffer, inputs, runs, method_name):
         kind = operator_kind(name)
         sums[kind] = [a + b for a, b in zip(sums.get(kind, [0.0] * len(calls)), calls)]
     return {kind: statistics.median(samples) for kind, samples in sums.items()}

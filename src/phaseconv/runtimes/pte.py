@@ -139,6 +139,22 @@ def summarize_methods(data: bytes) -> dict[str, DelegationSummary]:
     return summaries
 
 
+def constant_bytes(data: bytes) -> dict[str, int]:
+    """The bytes of XNNPACK constants (weights, as packed for the file) each method reads, a weight
+    its delegates share counted once: what a call streams from memory at least."""
+    parsed = _parse(data)
+    sizes = {}
+    for plan in parsed.program.execution_plan:
+        constants = {}
+        for delegate in plan.delegates:
+            if delegate.id == XNNPACK:
+                graph = _xnnpack_graph(parsed.delegate_data(delegate.processed))
+                data = graph.get("constant_data", [])
+                constants |= {c.get("named_key") or (id(graph), i): c.get("size", 0) for i, c in enumerate(data)}
+        sizes[plan.name] = sum(constants.values())
+    return sizes
+
+
 def _count_repacked_weights(graph: dict, summary: DelegationSummary) -> None:
     """Readers of each constant weight (a node's filter) past the first, and the bytes of their
     copies; readers of a weight that is a delegate input (packed at each call) apart."""
