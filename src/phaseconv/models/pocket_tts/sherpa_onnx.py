@@ -420,12 +420,13 @@ def voice_audio(path: Path, sample_rate: int) -> torch.Tensor:
 
 def generation(voice: torch.Tensor, sample_rate: int, frames: int, decode_steps: int, temperature: float = 0.0):
     """sherpa-onnx's GenerationConfig: the voice's audio, `frames` latent frames at most (its
-    `max_frames`), the flow head's steps, the noise's temperature (its seed 0)."""
+    `max_frames`), the flow head's steps, the noise's temperature (its seed 0), silences kept."""
     import sherpa_onnx
 
     config = sherpa_onnx.GenerationConfig()
     config.reference_audio = voice.tolist()
     config.reference_sample_rate = sample_rate
     config.num_steps = decode_steps
+    config.silence_scale = 1.0  # its default shortens silences after generation: the audio as generated
     config.extra = {"temperature": str(temperature), "max_frames": str(frames), "seed": "0"}
     return config
