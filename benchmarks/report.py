@@ -396,9 +396,10 @@ def lowering(data: dict) -> str:
 def tts_limits(data: dict) -> str:
     """pocket-tts's methods per call against their floors (bytes / read rate, MACs / best kernel rate),
     then the language model step's time per kind of XNNPACK operator."""
-    machine = data["meta"]["machine"]
+    machine = data["meta"]["floors"]
     rates = ", ".join(f"{kernel} {rate:.1f}" for kernel, rate in machine["kernels"].items())
-    header = ["config", "LM", "method", "part", "MiB read", "MMAC", "ms", "floor ms", "bound", "x floor"]
+    header = ["config", "LM", "method", "part", "MiB read", "MMAC", "ms a call", "in operators ms", "floor ms", "bound"]
+    header += ["call / floor"]
     rows = [
         [
             r["config"],
@@ -408,6 +409,7 @@ def tts_limits(data: dict) -> str:
             f"{r['bytes'] / 2**20:.1f}",
             f"{r['macs'] / 1e6:.1f}",
             _ms(r["ms"]),
+            _ms(r["operators_ms"]),
             _ms(r["floor_ms"]),
             f"{r['bound']} ({r['read_gb_s']:.1f} GB/s)" if r["bound"] == "memory" else f"compute ({r['kernel']})",
             f"{r['of_floor']:.2f}",
@@ -424,7 +426,8 @@ def tts_limits(data: dict) -> str:
     operators = [[kind] + [share(r, kind) for r in steps] for kind in kinds]
     note = (
         f" One core; memory read {machine['read_1gib_gb_s']:.1f} GB/s over 1 GiB (the rate at each method's own"
-        f" size is in its row); XNNPACK's best rates, GMAC/s: {rates}."
+        f" size is in its row); XNNPACK's best rates, GMAC/s: {rates}. A call timed through ExecuTorch's Python"
+        " binding (median of interleaved calls); in operators: the ETDump times of its operators summed."
     )
     command = "python benchmarks/tts_limits.py"
     step_header = ["operator (the LM step, ETDump)"] + [f"{r['quantize']}: ms (share)" for r in steps]

@@ -176,7 +176,9 @@ def measured_methods(config: str, quantize: str | None, position: int, runs: int
 
     medians = {name: median_ms(times) for name, times in interleaved_times(runners, runs).items()}
     del loaded  # ETDump loads the program again
-    kinds = kind_times(path.read_bytes(), inputs[generate], runs, generate)
+    program = path.read_bytes()
+    kinds = {name: kind_times(program, inputs[name], runs, name) for name in rows if name != "flow head"}
+    kinds["flow head"] = kind_times(head_buffer, head_inputs, runs)
     result = []
     for name, row in rows.items():
         module = fp32_head if name == "flow head" else programs[name].module()
@@ -192,7 +194,8 @@ def measured_methods(config: str, quantize: str | None, position: int, runs: int
                 "bytes": weights + row.get("cache_bytes", 0),
                 "macs": counted,
                 "ms": medians[name],
-                **({"operator_ms": kinds} if name == generate else {}),
+                "operators_ms": sum(kinds[name].values()),
+                **({"operator_ms": kinds[name]} if name == generate else {}),
             }
         )
     return result
@@ -223,7 +226,8 @@ def table(rows: list[dict], machine: dict) -> Table:
         f"{k} {v:.1f} GMAC/s" for k, v in machine["kernels"].items()
     )
     out = Table(title=title, title_justify="left")
-    for column in ("config", "LM", "method", "part", "MiB read", "MMAC", "ms", "floor ms", "bound", "x floor"):
+    columns = ("config", "LM", "method", "part", "MiB read", "MMAC", "ms", "in operators ms", "floor ms", "bound")
+    for column in (*columns, "x floor"):
         out.add_column(column)
     for r in rows:
         out.add_row(
@@ -234,6 +238,7 @@ def table(rows: list[dict], machine: dict) -> Table:
             f"{r['bytes'] / 2**20:.1f}",
             f"{r['macs'] / 1e6:.1f}",
             f"{r['ms']:.2f}",
+            f"{r['operators_ms']:.2f}",
             f"{r['floor_ms']:.2f}",
             r["bound"],
             f"{r['of_floor']:.2f}",
@@ -285,7 +290,7 @@ def main(
     console.print(operators_table(rows))
     from phaseconv.targets import host_target
 
-    save_results(json_path, rows, runs=runs, threads=1, position=position, target=host_target(), machine=machine)
+    save_results(json_path, rows, runs=runs, threads=1, position=position, target=host_target(), floors=machine)
     console.print(f"wrote {json_path}")
 
 
