@@ -427,7 +427,7 @@ def tts_limits(data: dict) -> str:
     note = (
         f" One core; memory read {machine['read_1gib_gb_s']:.1f} GB/s over 1 GiB (the rate at each method's own"
         f" size is in its row); XNNPACK's best rates, GMAC/s: {rates}. A call timed through ExecuTorch's Python"
-        " binding (median of interleaved calls); in operators: the ETDump times of its operators summed."
+        " binding (median of consecutive calls); in operators: the ETDump times of its operators summed."
     )
     command = "python benchmarks/tts_limits.py"
     step_header = ["operator (the LM step, ETDump)"] + [f"{r['quantize']}: ms (share)" for r in steps]

@@ -15,9 +15,10 @@ The machine, on one thread:
 Per method of the program (random weights, lowered as `phaseconv lower pocket-tts-tts:CONFIG` does,
 float32 and with the language model's linears in `--quantize`): the bytes a call reads (the weights
 XNNPACK holds for it, as the file packs them, and for the language model the cache positions it
-attends), its multiply-adds (PyTorch's flop counter on the exported method) and its time per call
-(median, interleaved). Its floor is the larger of bytes / read rate and multiply-adds / the best
-rate of its kernel; measured / floor says how much is left. The language model's step is the
+attends), its multiply-adds (PyTorch's flop counter on the exported method), its time per call
+(median of consecutive calls, through ExecuTorch's Python binding) and inside its operators
+(ETDump). Its floor is the larger of bytes / read rate and multiply-adds / the best rate of its
+kernel; measured / floor says how much is left. The language model's step is the
 `generate` method whose cache blocks hold `--position` (a 150-frame utterance's last frame after a
 stand-in voice and a sentence); the flow head is `flow_net` lowered alone (one LSD step), the
 part of `generate` after the transformer.
@@ -114,6 +115,20 @@ class FlowHead(nn.Module):
         return self.sample(functools.partial(self.flow_net, hidden), noise)
 
 
+def consecutive_ms(call, runs: int) -> float:
+    """The median ms of `runs` calls one after the other (after 3 untimed), as a stream calls a method
+    frame after frame. (Interleaved with other methods and a settling wait between, as
+    runtimes.timing does, these calls of a few milliseconds measured up to twice as long.)"""
+    for _ in range(3):
+        call()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
 def macs(module, inputs) -> int:
     """Multiply-adds of one call of a module (PyTorch's flop counter: two flops each)."""
     import torch
@@ -134,7 +149,6 @@ def measured_methods(config: str, quantize: str | None, position: int, runs: int
     from phaseconv.runtimes.etdump import kind_times
     from phaseconv.runtimes.executorch import LoadedProgram
     from phaseconv.runtimes.pte import constant_bytes
-    from phaseconv.runtimes.timing import interleaved_times, median_ms
     from phaseconv.tts.build import DECODE_FRAMES, lower_tts, tts_programs
     from phaseconv.tts.contract import decode_method, generate_method, prompt_method
     from phaseconv.tts.source import random_model
@@ -174,7 +188,7 @@ def measured_methods(config: str, quantize: str | None, position: int, runs: int
     rows["flow head"] = {"part": "flow head alone (flow_net, one LSD step)", "kernel": "gemv", "cache_bytes": 0}
     fp32_head = FlowHead(Generate(model.tts.flow_lm, block)).eval()  # the same multiply-adds
 
-    medians = {name: median_ms(times) for name, times in interleaved_times(runners, runs).items()}
+    medians = {name: consecutive_ms(runner, runs) for name, runner in runners.items()}
     del loaded  # ETDump loads the program again
     program = path.read_bytes()
     kinds = {name: kind_times(program, inputs[name], runs, name) for name in rows if name != "flow head"}
@@ -270,7 +284,7 @@ def main(
     config: str = typer.Option("english", help="a pocket-tts config"),
     quantize: str = typer.Option("8da4w", help="the language model's linears in the second program: 8da4w or 8da8w"),
     position: int = typer.Option(220, help="the cache position of the measured language model step"),
-    runs: int = typer.Option(30, min=5, help="calls per method (interleaved), and per kernel"),
+    runs: int = typer.Option(30, min=5, help="calls per method, and per kernel"),
     json_path: Path = typer.Option(Path("results/tts_limits.json"), "--json", help="where to write the results"),
 ) -> None:
     from phaseconv.runtimes.executorch import set_threads
