@@ -423,7 +423,12 @@ def tts_limits(data: dict) -> str:
         ms = row["operator_ms"].get(kind, 0.0)
         return f"{ms:.3f} ({ms / sum(row['operator_ms'].values()):.0%})"
 
-    operators = [[kind] + [share(r, kind) for r in steps] for kind in kinds]
+    shown = [
+        k for k in kinds if any(r["operator_ms"].get(k, 0) >= 0.01 * sum(r["operator_ms"].values()) for r in steps)
+    ]
+    operators = [[kind] + [share(r, kind) for r in steps] for kind in shown]
+    rest = [sum(ms for k, ms in r["operator_ms"].items() if k not in shown) for r in steps]
+    operators.append([f"the other {len(kinds) - len(shown)} kinds"] + [f"{ms:.3f}" for ms in rest])
     note = (
         f" One core; memory read {machine['read_1gib_gb_s']:.1f} GB/s over 1 GiB (the rate at each method's own"
         f" size is in its row); XNNPACK's best rates, GMAC/s: {rates}. A call timed through ExecuTorch's Python"
