@@ -173,14 +173,38 @@ def test_cache_blocks_cover_the_capacity():
     assert block_sizes(384, 64) == [64] * 6 and block_sizes(36, 8) == [8, 8, 8, 8, 4] and block_sizes(16, 64) == [16]
 
 
-def test_quantization_covers_the_transformer_and_the_flow_head():
+@pytest.mark.parametrize("scheme", ["8da4w", "8da8w"])
+def test_quantization_covers_the_transformer_and_the_flow_head(scheme):
     from torchao.utils import TorchAOBaseTensor
 
     flow_lm = with_cache(build_tts("english_2m_2026-10").flow_lm, capacity=16)
-    quantize_linears(flow_lm, "8da4w")
+    quantize_linears(flow_lm, scheme)
     linears = {name: m for name, m in flow_lm.named_modules() if isinstance(m, torch.nn.Linear)}
     quantized = {name for name, m in linears.items() if isinstance(m.weight, TorchAOBaseTensor)}
     assert quantized == {name for name in linears if name.startswith(("transformer.", "flow_net."))}
+
+
+@pytest.mark.parametrize("scheme", ["8da4w", "8da8w"])
+def test_quantized_linears_lower_to_xnnpack_quantized(scheme):
+    """Each scheme's linear runs inside XNNPACK on quantized weights (8-bit weights grouped would not lower)."""
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
+    from phaseconv.runtimes.pte import summarize_pte
+
+    class Layer(torch.nn.Module):  # named as the language model's linears are
+        def __init__(self):
+            super().__init__()
+            self.transformer = torch.nn.Sequential(torch.nn.Linear(64, 48, bias=False))
+
+        def forward(self, x):
+            return self.transformer(x)
+
+    module, x = Layer().eval(), torch.randn(2, 64)
+    quantize_linears(module, scheme)
+    buffer = to_xnnpack(torch.export.export(module, (x,))).buffer
+    assert summarize_pte(buffer).inside["XNNConvert"] == 1  # activations quantized at run time
+    got, expected = LoadedProgram(buffer).run((x,))[0], module(x)
+    assert (got - expected).abs().max() < 0.01 * expected.abs().max()  # XNNPACK's integer kernels round as they do
 
 
 def test_weights_that_do_not_fit_the_config_are_named(tmp_path):

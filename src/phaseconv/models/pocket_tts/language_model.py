@@ -164,15 +164,17 @@ GROUP_SIZE = 32
 
 
 def quantize_linears(flow_lm: nn.Module, scheme: str) -> None:
-    """Every linear layer of the transformer and the flow head in `scheme` (8da4w or 8da8w), with
-    weights in groups of 32 input channels (per output channel where 32 does not divide them). The
-    EOS logit and the input projection stay float32: one row, and 32 inputs."""
+    """Every linear layer of the transformer and the flow head in `scheme` (8da4w or 8da8w): 4-bit
+    weights in groups of 32 input channels (per output channel where 32 does not divide them), 8-bit
+    weights per output channel (XNNPACK groups 4-bit weights only). The EOS logit and the input
+    projection stay float32: one row, and 32 inputs."""
     from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
 
     if scheme not in LINEAR_QUANTIZATION:
         raise PhaseconvError(f"unknown quantization {scheme!r}; known: {', '.join(LINEAR_QUANTIZATION)}")
-    for grouped in (True, False):
+    per_group = LINEAR_QUANTIZATION[scheme] == torch.int4
+    for grouped in (True, False) if per_group else (False,):
         config = Int8DynamicActivationIntxWeightConfig(
             weight_dtype=LINEAR_QUANTIZATION[scheme],
             weight_granularity=PerGroup(GROUP_SIZE) if grouped else PerAxis(0),
@@ -183,7 +185,7 @@ def quantize_linears(flow_lm: nn.Module, scheme: str) -> None:
             return (
                 isinstance(module, nn.Linear)
                 and name.startswith(("transformer.", "flow_net."))
-                and (module.in_features % GROUP_SIZE == 0) == grouped
+                and (not per_group or (module.in_features % GROUP_SIZE == 0) == grouped)
             )
 
         quantize_(flow_lm, config, filter_fn=chosen)
