@@ -1,6 +1,6 @@
 """How close pocket-tts's text-to-speech program runs to this machine's limits, on one core.
 
-    python benchmarks/tts_limits.py [--config english] [--quantize 8da4w] [--position 220] [--runs 30]
+    python benchmarks/tts_limits.py [--config english] [--quantize 8da4w,8da8w] [--position 220] [--runs 30]
                                     [--json results/tts_limits.json]
 
 The machine, on one thread:
@@ -13,7 +13,7 @@ The machine, on one thread:
   prompt), and float32 GEMM at its best (448 rows of 512 -> 256: the decoder's convolutions).
 
 Per method of the program (random weights, lowered as `phaseconv lower pocket-tts-tts:CONFIG` does,
-float32 and with the language model's linears in `--quantize`): the bytes a call reads (the weights
+float32 and with the language model's linears in each `--quantize` scheme): the bytes a call reads (the weights
 XNNPACK holds for it, as the file packs them, and for the language model the cache positions it
 attends), its multiply-adds (PyTorch's flop counter on the exported method), its time per call
 (median of consecutive calls, through ExecuTorch's Python binding) and inside its operators
@@ -282,7 +282,9 @@ def operators_table(rows: list[dict]) -> Table:
 
 def main(
     config: str = typer.Option("english", help="a pocket-tts config"),
-    quantize: str = typer.Option("8da4w", help="the language model's linears in the second program: 8da4w or 8da8w"),
+    quantize: str = typer.Option(
+        "8da4w,8da8w", help="the language model's linears in the other programs, comma-separated"
+    ),
     position: int = typer.Option(220, help="the cache position of the measured language model step"),
     runs: int = typer.Option(30, min=5, help="calls per method, and per kernel"),
     json_path: Path = typer.Option(Path("results/tts_limits.json"), "--json", help="where to write the results"),
@@ -293,10 +295,11 @@ def main(
     import torch
 
     torch.set_num_threads(1)
-    machine = {"read_1gib_gb_s": read_rate(2**30), "kernels": kernel_rates(["fp32", quantize], runs)}
+    schemes = [scheme for scheme in quantize.split(",") if scheme]
+    machine = {"read_1gib_gb_s": read_rate(2**30), "kernels": kernel_rates(["fp32", *schemes], runs)}
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        for scheme in (None, quantize):
+        for scheme in (None, *schemes):
             console.print(f"lowering and timing {config} ({scheme or 'fp32'})")
             rows += measured_methods(config, scheme, position, runs, Path(folder))
     rows = with_floors(rows, machine["kernels"])
