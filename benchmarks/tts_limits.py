@@ -27,6 +27,7 @@ part of `generate` after the transformer.
 from __future__ import annotations
 
 import functools
+import json
 import statistics
 import sys
 import tempfile
@@ -35,12 +36,12 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.operators import gemm_rate  # noqa: E402
+from benchmarks.report import tts_limits as limits_tables  # noqa: E402
 from benchmarks.workers import save_results  # noqa: E402
 
 console = Console(width=160)
@@ -219,6 +220,7 @@ def with_floors(rows: list[dict], rates: dict[str, float]) -> list[dict]:
     """Each row's floor: max(bytes / read rate at its size, MACs / its kernel's best rate)."""
     from phaseconv.tts.contract import PROMPT_TOKENS
 
+    read_rates = {size: read_rate(size) for size in {row["bytes"] for row in rows}}  # methods of one size share it
     for row in rows:
         scheme = row["quantize"]
         kernel = {
@@ -226,58 +228,13 @@ def with_floors(rows: list[dict], rates: dict[str, float]) -> list[dict]:
             "gemm rows": f"gemm {scheme} {PROMPT_TOKENS} rows",
             "gemm fp32": "gemm fp32",
         }[row["kernel"]]
-        row["read_gb_s"] = read_rate(row["bytes"])
+        row["read_gb_s"] = read_rates[row["bytes"]]
         row["kernel_gmac_s"] = rates[kernel]
         memory_ms, compute_ms = row["bytes"] / row["read_gb_s"] / 1e6, row["macs"] / rates[kernel] / 1e6
         row["floor_ms"] = max(memory_ms, compute_ms)
         row["bound"] = "memory" if memory_ms >= compute_ms else "compute"
         row["of_floor"] = row["ms"] / row["floor_ms"]
     return rows
-
-
-def table(rows: list[dict], machine: dict) -> Table:
-    title = f"one core: read {machine['read_1gib_gb_s']:.1f} GB/s over 1 GiB; " + ", ".join(
-        f"{k} {v:.1f} GMAC/s" for k, v in machine["kernels"].items()
-    )
-    out = Table(title=title, title_justify="left")
-    columns = ("config", "LM", "method", "part", "MiB read", "MMAC", "ms", "in operators ms", "floor ms", "bound")
-    for column in (*columns, "x floor"):
-        out.add_column(column)
-    for r in rows:
-        out.add_row(
-            r["config"],
-            r["quantize"],
-            r["method"],
-            r["part"],
-            f"{r['bytes'] / 2**20:.1f}",
-            f"{r['macs'] / 1e6:.1f}",
-            f"{r['ms']:.2f}",
-            f"{r['operators_ms']:.2f}",
-            f"{r['floor_ms']:.2f}",
-            r["bound"],
-            f"{r['of_floor']:.2f}",
-        )
-    return out
-
-
-def operators_table(rows: list[dict]) -> Table:
-    """Where the language model's step goes, per kind of XNNPACK operator (ETDump)."""
-    out = Table(title="the language model step per kind of operator (ETDump, ms per call)", title_justify="left")
-    steps = [r for r in rows if "operator_ms" in r]
-    out.add_column("operator")
-    for r in steps:
-        out.add_column(f"{r['quantize']} ms")
-        out.add_column("share")
-    kinds = sorted(
-        {k for r in steps for k in r["operator_ms"]}, key=lambda k: -max(r["operator_ms"].get(k, 0) for r in steps)
-    )
-    for kind in kinds:
-        cells = []
-        for r in steps:
-            ms, total = r["operator_ms"].get(kind, 0.0), sum(r["operator_ms"].values())
-            cells += [f"{ms:.3f}", f"{ms / total:.0%}"]
-        out.add_row(kind, *cells)
-    return out
 
 
 def main(
@@ -303,11 +260,10 @@ def main(
             console.print(f"lowering and timing {config} ({scheme or 'fp32'})")
             rows += measured_methods(config, scheme, position, runs, Path(folder))
     rows = with_floors(rows, machine["kernels"])
-    console.print(table(rows, machine))
-    console.print(operators_table(rows))
     from phaseconv.targets import host_target
 
     save_results(json_path, rows, runs=runs, threads=1, position=position, target=host_target(), floors=machine)
+    print(limits_tables(json.loads(json_path.read_text())))  # the tables the docs show
     console.print(f"wrote {json_path}")
 
 
