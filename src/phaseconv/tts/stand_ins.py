@@ -1,12 +1,13 @@
 """Stand-ins for the files a pocket-tts model reads, for models with random weights: a tokenizer and
-a voice prompt, made here in about a second.
+a voice prompt, made here in seconds.
 
 pocket-tts's tokenizers live on a hub this machine does not reach, and a model with random weights
 reads any text equally badly: what matters is that the tokenizer has exactly the config's `n_bins`
-pieces (pocket-tts asserts it) and knows every character of the text, so that the runner and
-pocket-tts split and read the text the same way. A sentencepiece unigram model trained on
-pseudo-English (words of random syllables, every ASCII letter, digit and punctuation mark), as a
-`.model` or converted to a tokenizers `.json`, the two kinds the shipped configs use. The voice is
+pieces (pocket-tts asserts it), knows every character of the text, so that the runner and pocket-tts
+split and read the text the same way, and cuts English into about as many tokens as an English
+tokenizer does (a prompt costs what its tokens do). A sentencepiece unigram model trained on English
+prose (Python's own documentation, which every Python carries) and every printable ASCII character,
+as a `.model` or converted to a tokenizers `.json`, the two kinds the shipped configs use. The voice is
 a synthesized buzz: any audio conditions a random model as well as speech would. A Hugging Face
 cache folder laid out as the hub leaves it holds a config's files under their real names (random
 weights, the stand-in tokenizer, a built-in voice made by pocket-tts's own code): the commands
@@ -16,36 +17,33 @@ then run as a user runs them.
 from __future__ import annotations
 
 import contextlib
-import random
+import functools
+import re
 import string
 from pathlib import Path
 
 from phaseconv.errors import PhaseconvError
 
-ONSETS = "b c d f g h j k l m n p r s t v w y z ch sh th st tr pl bl gr qu x".split()  # noqa: SIM905
-NUCLEI = "a e i o u ai ea ee oo ou ie y".split()  # noqa: SIM905
-CODAS = ["", "n", "r", "s", "t", "l", "m", "nd", "st", "ng", "ck", "x"]
-MARKS = ".,;:!?'\"-()"
+# A line of prose: letters, spaces and the marks of sentences, at least four words.
+PROSE = re.compile(r"[A-Za-z][A-Za-z ,.;:'()-]*(?: [A-Za-z,.;:'()-]+){3,}")
 
 
-def corpus(lines: int = 6000, seed: int = 0) -> list[str]:
-    """Pseudo-English sentences over every printable ASCII character."""
-    rng = random.Random(seed)
-    words = sorted(
-        {
-            "".join(rng.choice(ONSETS) + rng.choice(NUCLEI) + rng.choice(CODAS) for _ in range(rng.randint(1, 3)))
-            for _ in range(20000)
-        }
-    )
-    words += list(string.ascii_letters + string.digits) + [str(n) for n in range(100)]
-    sentences = []
-    for _ in range(lines):
-        chosen = [rng.choice(words) for _ in range(rng.randint(3, 14))]
-        chosen[0] = chosen[0].capitalize()
-        sentence = " ".join(w + (rng.choice(MARKS[1:]) if rng.random() < 0.08 else "") for w in chosen)
-        sentences.append(sentence + rng.choice(".!?."))
-    sentences.append(string.printable.strip())
-    return sentences
+@functools.cache  # the standard library parsed once a process
+def corpus() -> tuple[str, ...]:
+    """English prose: the lines of Python's own documentation (its language reference and its standard
+    library's module docstrings) that are sentences, then every printable ASCII character."""
+    import ast
+    import sysconfig
+    from pydoc_data.topics import topics
+
+    texts = list(topics.values())
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        with contextlib.suppress(SyntaxError, UnicodeDecodeError):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+            texts += [ast.get_docstring(node) or "" for node in ast.walk(tree) if isinstance(node, documented)]
+    lines = [line.strip() for text in texts for line in text.splitlines()]
+    return (*[line for line in lines if PROSE.fullmatch(line)], string.printable.strip())
 
 
 def stand_in_tokenizer(path: Path, n_bins: int) -> Path:
