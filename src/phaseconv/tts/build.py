@@ -54,8 +54,8 @@ VOICE_FRAMES_PER_CALL = 1
 # Frame methods at most: each reads the cache blocks up to its own, so a frame's attention costs about
 # what the utterance holds, and each is a whole language model to lower.
 GENERATE_METHODS = 4
-# Frames a decode method takes per call: a runner decodes the frames queued while it decoded the last
-# ones in one call (as pocket-tts's decoder thread does), so a call reads the weights once for them.
+# Frames a decode method takes per call: a runner decodes several at once when its audio runs ahead
+# (phaseconv.tts.decoding), so a call reads the weights once for them.
 DECODE_FRAMES = (1, 2, 4)
 # The int8 decoder's calibration: frames the language model generates in a row after this many random
 # text tokens (the scales of a streaming step depend on its state: the frames are fed in order).

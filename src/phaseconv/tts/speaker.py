@@ -57,7 +57,7 @@ class SpeechReport:
     voice: str = "none"  # which voice, in words
     eos_frames: list[int | None] = field(default_factory=list)  # per chunk: the frame EOS was seen at
     split_chunks: int = 0  # chunks split at words to fit the cache with the voice
-    decode_calls: int = 0  # calls of the decoder: fewer than frames where it decoded the frames queued at once
+    decode_calls: int = 0  # calls of the decoder: fewer than frames where it decoded several at once
     lm_ms: list[float] = field(repr=False, default_factory=list)
     decode_ms: list[float] = field(repr=False, default_factory=list)
     prompt_ms: list[float] = field(repr=False, default_factory=list)
