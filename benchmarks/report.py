@@ -172,7 +172,7 @@ def tts(data: dict) -> str:
         if "text" in row:
             groups.setdefault((row["config"], row["threads"], row["text"], row["variant"]), []).append(row)
     header = ["config", "threads", "text", "variant", "audio s", "first audio ms", "of it, text prompt ms"]
-    header += ["real-time factor", "vs eager", "LM ms / frame", "decoder ms / frame"]
+    header += ["its tokens", "real-time factor", "vs eager", "LM ms / frame", "decoder ms / frame"]
 
     def median(runs, key):
         values = [r[key] for r in runs if r.get(key) is not None]
@@ -191,6 +191,7 @@ def tts(data: dict) -> str:
                 f"{median(runs, 'audio_seconds'):.1f}",
                 _ms(median(runs, "first_audio_ms")),
                 _ms(median(runs, "prompt_median_ms")),
+                str(runs[0].get("first_chunk_tokens", "-")),
                 f"{rtf:.3f}",
                 f"{eager / rtf:.2f}x",
                 _ms(median(runs, "lm_median_ms")),

@@ -226,6 +226,8 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     sherpa = sherpa_speakers(folder, threads, wav)
     rows = []
     for label, text in TEXTS.items():
+        counts = [int(speaker.tokenizer(chunk).shape[1]) for chunk, *_ in speaker.chunks(text)]
+        tokens = {"tokens": sum(counts), "first_chunk_tokens": counts[0]}  # the prompt first audio waits for
         for run in range(runs):
             for name in ("pocket-tts eager", "eager LM + phaseconv decoder", API, *speakers, *cpp, *sherpa):
                 frames, first, started = [], [], time.perf_counter()
@@ -238,7 +240,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                 report = None
                 if name in cpp:
                     summary, _ = cpp_speech(cpp[name], text, wav, threads)
-                    rows.append(cpp_row(config, threads, label, run, name, summary))
+                    rows.append(cpp_row(config, threads, label, run, name, summary) | tokens)
                     continue
                 if name == "pocket-tts eager":
                     for chunk in tts.generate_audio_stream(voice_state, text):
@@ -274,6 +276,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                         # first audio's path: the first chunk's text prompt, then one call of each model
                         **({f"first_{part}_ms": getattr(report, f"{part}_ms")[0] for part in FIRST} if report else {}),
                     }
+                    | tokens
                 )
                 print(f"{label} {run} {name}", flush=True)
     for name, decoder in pipelined.items():
