@@ -16,7 +16,7 @@ A runner speaks an utterance in pocket-tts's order of calls:
       reset_decoder()
       per frame at position p = V + T + step: generate_b (the first b in `generate_blocks` with
       p // cache_block <= b) -> latent, eos logit; decode(latent) -> 80 ms of PCM, or N latents at
-      once, decode_N (N in `decode_frames`), once the audio runs ahead (phaseconv.tts.decoding)
+      once, decode_N (N in `decode_frames`): phaseconv.tts.decoding says when
 
 A call of a fixed size takes fewer tokens or positions padded with PAD (their inputs anything).
 """
