@@ -226,7 +226,8 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
     sherpa = sherpa_speakers(folder, threads, wav)
     rows = []
     for label, text in TEXTS.items():
-        counts = [int(speaker.tokenizer(chunk).shape[1]) for chunk, *_ in speaker.chunks(text)]
+        chunked = speakers["phaseconv program"]  # every program here reads the same tokenizer
+        counts = [int(chunked.tokenizer(chunk).shape[1]) for chunk, *_ in chunked.chunks(text)]
         tokens = {"tokens": sum(counts), "first_chunk_tokens": counts[0]}  # the prompt first audio waits for
         for run in range(runs):
             for name in ("pocket-tts eager", "eager LM + phaseconv decoder", API, *speakers, *cpp, *sherpa):

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from phaseconv.errors import PhaseconvError
@@ -53,6 +52,13 @@ def frame_ms(program: SpeechProgram) -> float:
     return 1e3 * program.settings.frame_size / program.settings.sample_rate
 
 
+def decode_batch(program: SpeechProgram, latents: list[torch.Tensor]) -> tuple[torch.Tensor, float]:
+    """Latents [1, 1, latent_dim] decoded in one call: pcm [N, frame_size], and milliseconds per frame."""
+    begin = time.perf_counter()
+    pcm = program.decode_frames(torch.cat(latents, dim=1))
+    return pcm, (time.perf_counter() - begin) * 1e3 / len(latents)
+
+
 class InlineDecoder:
     """The program's decoder in this thread: generation waits for each call (decode_size says when)."""
 
@@ -77,9 +83,7 @@ class InlineDecoder:
     def _decode_held(self, complete: bool) -> None:
         while frames := decode_size(len(self.held), self.sizes, self.clock.ahead_ms(), self.clock.frame_ms, complete):
             batch, self.held = self.held[:frames], self.held[frames:]
-            begin = time.perf_counter()
-            pcm = self.program.decode_frames(torch.cat([latent for latent, _ in batch], dim=1))
-            each = (time.perf_counter() - begin) * 1e3 / frames
+            pcm, each = decode_batch(self.program, [latent for latent, _ in batch])
             for index, (frame, (_, first)) in enumerate(zip(pcm, batch)):
                 self.clock.delivered()
                 self.deliver(frame, first, each, index == 0)
@@ -112,7 +116,7 @@ class DecoderProcess:
             raise PhaseconvError(f"the decoder process could not load {path}")
         self.pending = 0
 
-    def start(self, deliver: Callable[[torch.Tensor, bool, float], None]) -> None:
+    def start(self, deliver: Callable[[torch.Tensor, bool, float, bool], None]) -> None:
         """Each frame decoded from here on goes to `deliver` (an utterance begins: its audio's clock too)."""
         self.deliver = deliver
         self.connection.send(("start", None, False))
@@ -177,9 +181,7 @@ def _decode_latents(path: str, threads: int, connection) -> None:
         frames = decode_size(latents, sizes, clock.ahead_ms(), clock.frame_ms, complete=latents < len(queued))
         if frames:
             batch = [queued.popleft()[1:] for _ in range(frames)]
-            begin = time.perf_counter()
-            pcm = program.decode_frames(torch.from_numpy(np.concatenate([latent for latent, _ in batch], axis=1)))
-            each = (time.perf_counter() - begin) * 1e3 / frames
+            pcm, each = decode_batch(program, [torch.from_numpy(latent) for latent, _ in batch])
             for index, (frame, (_, first)) in enumerate(zip(pcm, batch)):
                 clock.delivered()
                 connection.send((frame.numpy(), first, each, index == 0))

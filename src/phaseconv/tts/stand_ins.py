@@ -37,10 +37,10 @@ def corpus() -> tuple[str, ...]:
     from pydoc_data.topics import topics
 
     texts = list(topics.values())
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
         with contextlib.suppress(SyntaxError, UnicodeDecodeError):
             tree = ast.parse(path.read_text(encoding="utf-8"))
-            documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
             texts += [ast.get_docstring(node) or "" for node in ast.walk(tree) if isinstance(node, documented)]
     lines = [line.strip() for text in texts for line in text.splitlines()]
     return (*[line for line in lines if PROSE.fullmatch(line)], string.printable.strip())
