@@ -207,17 +207,18 @@ class LocalServer:
 
 
 def fail_after(program, frames: int):
-    """The program's decoder fails at its `frames`-th call from now."""
-    calls, decode = [0], program.decode
+    """The program's decoder fails at its `frames`-th call from now (decode_frames: every call the
+    runner's decoders make, of one frame or several)."""
+    calls, decode = [0], program.decode_frames
 
-    def failing(latent):
+    def failing(latents):
         calls[0] += 1
         if calls[0] >= frames:
             raise RuntimeError("the decoder broke")
-        return decode(latent)
+        return decode(latents)
 
-    program.decode = failing
-    return lambda: program.__dict__.pop("decode")
+    program.decode_frames = failing
+    return lambda: program.__dict__.pop("decode_frames")
 
 
 @pytest.fixture(scope="module")
