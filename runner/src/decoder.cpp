@@ -3,6 +3,7 @@
 #include <executorch/extension/tensor/tensor.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "audio.h"
 #include "contract.h"
@@ -11,7 +12,10 @@ namespace phaseconv {
 
 namespace method = contract::method;
 
-Decoder::Decoder(Program& program) : program_(program), thread_([this] { loop(); }) {}
+Decoder::Decoder(Program& program)
+    : program_(program),
+      frame_ms_(1e3 * static_cast<double>(program.settings().frame_size) / program.settings().sample_rate),
+      thread_([this] { loop(); }) {}
 
 Decoder::~Decoder() {
   {
@@ -28,8 +32,8 @@ void Decoder::start(const FrameSink* sink, DecoderReport* report, double started
   sink_ = sink, report_ = report, started_ = started, ended_ = false, failure_.reset();
 }
 
-void Decoder::reset() { push({true, {}}); }
-void Decoder::decode(std::vector<float> latent) { push({false, std::move(latent)}); }
+void Decoder::reset() { push({Job::kReset, {}}); }
+void Decoder::decode(std::vector<float> latent) { push({Job::kLatent, std::move(latent)}); }
 
 void Decoder::end() {
   {
@@ -41,6 +45,7 @@ void Decoder::end() {
 }
 
 std::optional<std::string> Decoder::finish() {
+  push({Job::kEnd, {}});  // the last chunk has no more latents to wait for
   std::unique_lock<std::mutex> lock(mutex_);
   done_.wait(lock, [this] { return jobs_.empty() && !busy_; });
   return failure_;
@@ -55,23 +60,56 @@ void Decoder::push(Job job) {
   wake_.notify_one();
 }
 
+int64_t decode_size(int64_t queued, const std::vector<int64_t>& sizes, double ahead_ms, double frame_ms,
+                    bool complete) {
+  const int64_t largest = sizes.front();
+  if (queued < largest && !complete && ahead_ms >= largest * frame_ms) return 0;
+  auto fits = std::find_if(sizes.begin(), sizes.end(), [&](int64_t n) { return n <= queued; });
+  return fits == sizes.end() ? 0 : *fits;
+}
+
+double Decoder::ahead_ms() const {
+  if (report_ == nullptr || report_->frames == 0) return 0.0;
+  return started_ + report_->first_audio_ms + report_->frames * frame_ms_ - now_ms();
+}
+
 void Decoder::loop() {
   const Settings& s = program_.settings();
   std::vector<float> fade = linspace(0.0f, 1.0f, static_cast<int>(s.sample_rate / 200));  // the 5 ms fade-in
   bool first_of_chunk = false;
   for (;;) {
-    Job job;
+    std::vector<Job> batch;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
+      for (;;) {
+        if (stopping_) return;
+        auto is_latent = [](const Job& j) { return j.kind == Job::kLatent; };
+        int64_t latents = std::find_if_not(jobs_.begin(), jobs_.end(), is_latent) - jobs_.begin();
+        if (latents == 0 && !jobs_.empty()) {
+          batch.push_back(std::move(jobs_.front()));
+          jobs_.pop_front();
+          break;
+        }
+        if (latents == 0) {
+          wake_.wait(lock);
+          continue;
+        }
+        double ahead = ahead_ms();
+        bool complete = latents < static_cast<int64_t>(jobs_.size());  // a reset or the end follows them
+        int64_t frames = decode_size(latents, s.decode_frames, ahead, frame_ms_, complete);
+        if (frames > 0) {
+          for (int64_t i = 0; i < frames; ++i, jobs_.pop_front()) batch.push_back(std::move(jobs_.front()));
+          break;
+        }
+        // wait for more latents, at most until waiting longer could make the audio late
+        auto late = std::chrono::duration<double, std::milli>(ahead - s.decode_frames.front() * frame_ms_);
+        wake_.wait_for(lock, late);
+      }
       busy_ = true;
     }
     std::optional<std::string> failed;  // never out of the thread: the utterance ends with it
     try {
-      work(std::move(job), first_of_chunk, fade);
+      work(std::move(batch), first_of_chunk, fade);
     } catch (const std::exception& error) {
       failed = std::string("decoding failed: ") + error.what();
     } catch (...) {
@@ -86,31 +124,20 @@ void Decoder::loop() {
   }
 }
 
-void Decoder::work(Job job, bool& first_of_chunk, const std::vector<float>& fade) {
+void Decoder::work(std::vector<Job> batch, bool& first_of_chunk, const std::vector<float>& fade) {
   const Settings& s = program_.settings();
-  if (job.reset) {
+  if (batch.front().kind == Job::kReset) {
     double begin = now_ms();
     program_.run(Program::Thread::kDecoder, method::kResetDecoder);
     report_->reset_ms = now_ms() - begin;
     first_of_chunk = true;
     return;
   }
-  if (ended_) return;
-  std::vector<float> latents = std::move(job.latent);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    int64_t queued = 1;
-    for (auto it = jobs_.begin(); it != jobs_.end() && !it->reset && queued < s.decode_frames.front(); ++it) {
-      ++queued;
-    }
-    int64_t frames = *std::find_if(s.decode_frames.begin(), s.decode_frames.end(),
-                                   [&](int64_t n) { return n <= queued; });
-    for (int64_t i = 1; i < frames; ++i) {
-      latents.insert(latents.end(), jobs_.front().latent.begin(), jobs_.front().latent.end());
-      jobs_.pop_front();
-    }
-  }
-  const int frames = static_cast<int>(latents.size() / s.latent_dim);
+  if (batch.front().kind == Job::kEnd || ended_) return;
+  const int frames = static_cast<int>(batch.size());
+  std::vector<float> latents;
+  latents.reserve(frames * s.latent_dim);
+  for (const auto& job : batch) latents.insert(latents.end(), job.latent.begin(), job.latent.end());
   double begin = now_ms();
   auto input = executorch::extension::make_tensor_ptr<float>({1, frames, static_cast<int>(s.latent_dim)},
                                                              std::move(latents));

@@ -1,7 +1,9 @@
-// The decoder's thread: resets and latents in the order they were queued, the latents queued while it
-// decoded the last ones decoded at once (decode_N, as pocket-tts's decoder thread does; the first
-// frame of a chunk never waits), each frame handed to the sink from here. A failure ends the
-// utterance: the jobs left are dropped, and the error waits for the thread that queued them.
+// The decoder's thread: resets and latents in the order they were queued, each frame handed to the
+// sink from here. A chunk's latents go in calls of several frames (decode_N reads the decoder's weights
+// once for them) once the audio given out plays far enough ahead that waiting for them cannot make it
+// late (decode_size); until then each as it comes: the first frame of an utterance never waits. A
+// failure ends the utterance: the jobs left are dropped, and the error waits for the thread that
+// queued them.
 #pragma once
 
 #include <atomic>
@@ -21,6 +23,12 @@ namespace phaseconv {
 // Receives each decoded frame's samples; returns false when the audio has nowhere to go (a closed
 // pipe, or the caller wants no more), which ends the run.
 using FrameSink = std::function<bool(const float* samples, size_t count)>;
+
+// How many of `queued` latents the next decode call takes (0: wait for more): the most of `sizes` (most
+// first) once that many are queued; until then, while the audio given out plays for that many frames
+// more (`ahead_ms`) and the chunk has more to come (not `complete`), 0; else the most the queue holds.
+int64_t decode_size(int64_t queued, const std::vector<int64_t>& sizes, double ahead_ms, double frame_ms,
+                    bool complete);
 
 // What the decoder's thread measured of an utterance.
 struct DecoderReport {
@@ -47,14 +55,17 @@ class Decoder {
 
  private:
   struct Job {
-    bool reset;
+    enum Kind { kReset, kLatent, kEnd } kind;  // kEnd: no more latents in the chunk
     std::vector<float> latent;
   };
   void push(Job job);
   void loop();
-  void work(Job job, bool& first_of_chunk, const std::vector<float>& fade);
+  void work(std::vector<Job> batch, bool& first_of_chunk, const std::vector<float>& fade);
+  // How far the audio given out runs ahead of its playback, were playback to start with its first frame.
+  double ahead_ms() const;
 
   Program& program_;
+  const double frame_ms_;
   const FrameSink* sink_ = nullptr;
   DecoderReport* report_ = nullptr;
   double started_ = 0;

@@ -16,8 +16,8 @@ A runner speaks an utterance in pocket-tts's order of calls:
       reset_decoder()
       per frame at position p = V + T + step: generate_b (the first b in `generate_blocks` with
       p // cache_block <= b) -> latent, eos logit; decode(latent) -> 80 ms of PCM, or N latents at
-      once, decode_N (N in `decode_frames`), when the runner chooses (the Python runner's rule:
-      phaseconv.tts.decoding.decode_size; the C++ runner decodes what has queued)
+      once, decode_N (N in `decode_frames`), when both runners' rule says
+      (phaseconv.tts.decoding.decode_size, and decode_size in the C++ runner's decoder.h)
 
 A call of a fixed size takes fewer tokens or positions padded with PAD (their inputs anything).
 """
