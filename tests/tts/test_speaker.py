@@ -214,7 +214,8 @@ def test_int8_decoder_on_the_language_models_own_latents(config, measured_snr):
 
     model = random_model(config)
     programs, _, settings = tts_programs(model, capacity=64, quantize_decoder="int8")
-    assert settings.quantize_decoder == "int8"
+    assert settings.quantize_decoder == "int8" and settings.decode_frames == [1]  # a frame a call: its scales
+    assert not {"decode_2", "decode_4"} & set(programs)
     assert any("quantize_per_tensor" in str(node.target) for node in programs["decode"].graph.nodes)
     program = LoadedProgram(lower({name: programs[name] for name in ("decode", "reset_decoder")}).buffer)
     latents = lm_latents(model.tts, frames=50, seed=5)

@@ -57,6 +57,15 @@ GENERATE_METHODS = 4
 # Frames a decode method takes per call: a runner decodes several at once when its audio runs ahead
 # (phaseconv.tts.decoding), so a call reads the weights once for them.
 DECODE_FRAMES = (1, 2, 4)
+
+
+def decode_frames(quantize_decoder: str | None) -> tuple[int, ...]:
+    """The decode methods' frames a call: an int8 decoder has one frame a call only, since each
+    decode_N would calibrate activation scales of its own and the audio would then depend on how far
+    it ran ahead."""
+    return DECODE_FRAMES if quantize_decoder is None else (1,)
+
+
 # The int8 decoder's calibration: frames the language model generates in a row after this many random
 # text tokens (the scales of a streaming step depend on its state: the frames are fed in order).
 CALIBRATION_FRAMES, CALIBRATION_TOKENS = 40, 20
@@ -215,7 +224,7 @@ def settings_of(model: Model, capacity: int, blocks: list[int], quantize, quanti
         quantize=quantize,
         quantize_decoder=quantize_decoder,
         max_text_tokens=MAX_TEXT_TOKENS,
-        decode_frames=list(DECODE_FRAMES),
+        decode_frames=list(decode_frames(quantize_decoder)),
     )
 
 
@@ -303,7 +312,7 @@ def tts_programs(
     if quantize is not None:
         quantize_linears(flow_lm, quantize)
     blocks = generate_blocks(len(cache_blocks(flow_lm)))
-    decoders = {frames: Decode(tts, MimiStep(tts.mimi, frames=frames)) for frames in DECODE_FRAMES}
+    decoders = {frames: Decode(tts, MimiStep(tts.mimi, frames=frames)) for frames in decode_frames(quantize_decoder)}
     voice = EncodeVoice(tts)
     dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
     attention = flow_lm.transformer.layers[0].self_attn.attention
