@@ -110,14 +110,15 @@ def test_each_reset_writes_the_state_its_methods_write_under_the_same_names():
 @torch.no_grad()
 def test_padded_calls_later_frame_methods_and_voice_states_give_the_same_frames():
     """What the program's fixed-size calls rely on: a prompt padded with PAD positions, a frame method
-    that reads more blocks than the frame needs, a prompt that reads only the blocks up to its last
-    position, and a voice state loaded (LoadVoice) instead of prompted give the frames of the plain
-    calls; ReadVoice reads back the state the prompt wrote."""
+    that reads more blocks than the frame needs, one that writes only the blocks its frames fall in,
+    a prompt that reads only the blocks up to its last position, and a voice state loaded
+    (LoadVoice) instead of prompted give the frames of the plain calls; ReadVoice reads back the
+    state the prompt wrote."""
     tts = build_tts(CONFIGS[0])
     conditioning = torch.randn(1, 11, tts.flow_lm.dim, generator=torch.Generator().manual_seed(0))
     tokens = torch.randint(0, 4000, (1, 5), generator=torch.Generator().manual_seed(1))
 
-    def frames(voice, prompt_size, method_block, prompt_block=lambda last: None, capacity=36):
+    def frames(voice, prompt_size, method_block, prompt_block=lambda last: None, capacity=36, first_block=lambda b: 0):
         flow_lm = with_cache(tts.flow_lm, capacity=capacity, block=8)
 
         def padded_prompt(embeddings, first):
@@ -133,7 +134,7 @@ def test_padded_calls_later_frame_methods_and_voice_states_give_the_same_frames(
         padded_prompt(EmbedText(tts)(tokens), 11)
         latent, start, out = torch.zeros(1, 1, flow_lm.ldim), torch.ones(1), []
         for position in range(16, 30):
-            generate = Generate(flow_lm, method_block(position))
+            generate = Generate(flow_lm, method_block(position), first_block=first_block(method_block(position)))
             latent, eos = generate(latent, start, torch.zeros(1, flow_lm.ldim), torch.tensor([position]))
             start = torch.zeros(1)
             out.append(latent)
@@ -143,6 +144,10 @@ def test_padded_calls_later_frame_methods_and_voice_states_give_the_same_frames(
     plain, state = frames(None, 16, lambda p: p // 8)
     torch.testing.assert_close(frames(None, 24, lambda p: p // 8)[0], plain, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(frames(None, 16, lambda p: 4)[0], plain, rtol=1e-5, atol=1e-6)
+    # a ladder of frame methods [2, 4]: generate_4 writes blocks 3 .. 4 alone, where its frames fall
+    ladder = frames(None, 16, lambda p: 2 if p < 24 else 4, first_block=lambda b: {2: 0, 4: 3}[b])
+    torch.testing.assert_close(ladder[0], plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ladder[1], state, rtol=1e-5, atol=1e-6)
     # the voice's prompt reads blocks 0 .. 1 of 5, the text's block 1 alone holds its positions 11 .. 15
     fewer_blocks, fewer_state = frames(None, 16, lambda p: p // 8, prompt_block=lambda last: last // 8)
     torch.testing.assert_close(fewer_blocks, plain, rtol=1e-5, atol=1e-6)

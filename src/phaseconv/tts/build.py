@@ -338,8 +338,12 @@ def tts_programs(
         "load_voice": (LoadVoice(flow_lm), (state, positions), None),
         "read_voice": (ReadVoice(flow_lm), (torch.arange(VOICE_POSITIONS),), None),
         **{
-            generate_method(block): (Generate(flow_lm, block), (latent, one, noise, torch.tensor([0])), None)
-            for block in blocks
+            generate_method(block): (
+                Generate(flow_lm, block, first_block=first),
+                (latent, one, noise, torch.tensor([0])),
+                None,
+            )
+            for first, block in zip([0, *(b + 1 for b in blocks)], blocks)
         },
         "clear_cache": (ClearCache(flow_lm), (), None),
         **{

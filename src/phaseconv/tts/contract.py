@@ -75,7 +75,8 @@ METHODS = (
         "generate_B",
         "latent [1, 1, latent_dim], start [1], noise [1, latent_dim], positions int64 [1]",
         "latent [1, 1, latent_dim], eos_logit [1, 1]",
-        "one frame at a position in cache blocks 0 .. B (B in settings.generate_blocks)",
+        "one frame at a position in cache blocks A .. B, the only ones it writes (B in "
+        "settings.generate_blocks, A the ladder's previous B + 1), reading blocks 0 .. B",
     ),
     Method("reset_decoder", "", "[1]", "the decoder's state to its start"),
     Method("decode", "latent [1, 1, latent_dim]", "pcm [1, 1, frame_size]", "one frame of audio"),

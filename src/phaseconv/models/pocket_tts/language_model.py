@@ -9,8 +9,9 @@ blocks of 64 positions, and the caller names the positions of each call's tokens
     Prompt(flow_lm, block b): (embeddings [1, T, D], positions [T]) -> hidden [1, D]
                                                            (voice or text conditioning at positions
                                                            in blocks 0 .. b)
-    Generate(flow_lm, block b): (latent, start, noise, positions [1]) -> (latent, eos_logit)
-                                                           (one frame at a position in blocks 0 .. b)
+    Generate(flow_lm, block b, first_block a): (latent, start, noise, positions [1]) -> (latent, eos_logit)
+                                                           (one frame at a position in blocks a .. b,
+                                                           reading blocks 0 .. b)
     LoadVoice: (state [L, 2, T, H, D], positions [T])      (a voice state, as pocket-tts keeps it,
                                                            into the cache)
     ReadVoice: (positions [T]) -> state [L, 2, T, H, D]    (the cache at those positions)
@@ -191,23 +192,25 @@ def quantize_linears(flow_lm: nn.Module, scheme: str) -> None:
         quantize_(flow_lm, config, filter_fn=chosen)
 
 
-def block_writes(positions: torch.Tensor, sizes: list[int], blocks: int) -> dict:
-    """{block: slots} for the first `blocks` blocks: a position's own slot in the block that holds
-    it, the block's spill slot in the others (a PAD position spills everywhere)."""
+def block_writes(positions: torch.Tensor, sizes: list[int], blocks: int, first_block: int = 0) -> dict:
+    """{block: slots} for blocks `first_block` .. `blocks` - 1: a position's own slot in the block
+    that holds it, the block's spill slot in the others (a PAD position spills everywhere)."""
     writes = {}
     for number, (start, size) in enumerate(zip(block_starts(sizes)[:blocks], sizes[:blocks])):
-        places = positions - start
-        writes[number] = torch.where((places >= 0) & (places < size), places, size)
+        if number >= first_block:
+            places = positions - start
+            writes[number] = torch.where((places >= 0) & (places < size), places, size)
     return writes
 
 
-def _call(positions: torch.Tensor, steps: int, sizes: list[int], blocks: int) -> dict:
+def _call(positions: torch.Tensor, steps: int, sizes: list[int], blocks: int, first_block: int = 0) -> dict:
     """What every layer reads for a call: the first position (RoPE's offset), the first `blocks`
-    cache blocks and the mask over them, and where in those blocks the call's keys and values go."""
+    cache blocks and the mask over them, and where in blocks `first_block` .. `blocks` - 1 the call's
+    keys and values go."""
     first = positions[:1].to(torch.float32)
     read = zip(block_starts(sizes)[:blocks], sizes[:blocks])
     slots = torch.tensor([p for start, size in read for p in [*range(start, start + size), SPILL]], dtype=torch.float32)
-    writes = block_writes(positions, sizes, blocks)
+    writes = block_writes(positions, sizes, blocks, first_block)
     return {"first": first, "blocks": blocks, "masks": attention_masks(first, steps, slots), "writes": writes}
 
 
@@ -239,11 +242,13 @@ class Generate(nn.Module):
     """One frame of `FlowLMModel.forward` in generation: the previous latent (the learned BOS when
     `start` is 1) in, the next latent and the end-of-speech logit out; `noise` [1, ldim] is the flow's
     starting point (zeros at temperature 0), drawn by the caller as pocket-tts draws it.
-    `block`: the last cache block read: the frame's position falls in one of blocks 0 .. block."""
+    `block`: the last cache block read; the frame's position falls in one of blocks `first_block` ..
+    `block`, the only ones written (a write per block and layer: the frame ladder's earlier steps
+    hold the positions before)."""
 
-    def __init__(self, flow_lm: nn.Module, block: int, decode_steps: int = 1):
+    def __init__(self, flow_lm: nn.Module, block: int, decode_steps: int = 1, first_block: int = 0):
         super().__init__()
-        self.block = block
+        self.block, self.first_block = block, first_block
         from pocket_tts.models import flow_lm as module
 
         self.transformer, self.out_norm = flow_lm.transformer, flow_lm.out_norm
@@ -264,7 +269,7 @@ class Generate(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # pocket-tts marks the first frame with NaN and swaps in bos_emb; here a flag does (0 or 1)
         sequence = latent * (1 - start) + self.bos_emb * start
-        call = _call(positions, 1, self.transformer.layers[0].self_attn.sizes, self.block + 1)
+        call = _call(positions, 1, self.transformer.layers[0].self_attn.sizes, self.block + 1, self.first_block)
         hidden = self.out_norm(self.transformer(self.input_linear(sequence), call))
         if self.z_proj is not None:
             hidden = self.z_proj(hidden)
