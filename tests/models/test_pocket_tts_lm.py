@@ -157,12 +157,12 @@ def test_padded_calls_later_frame_methods_and_voice_states_give_the_same_frames(
     assert torch.equal(again, state) and state.shape == (8, 2, 11, 1, 64)
 
 
-def test_frame_methods_step_up_to_the_last_block():
-    assert generate_blocks(11) == [2, 5, 8, 10] and generate_blocks(4) == [0, 1, 2, 3] and generate_blocks(2) == [0, 1]
+def test_a_frame_method_per_block():
+    assert generate_blocks(11) == list(range(11)) and generate_blocks(1) == [0]
 
 
-def test_prompt_methods_are_the_frame_ladders_first_step_and_the_last_block():
-    assert prompt_blocks([2, 5, 8, 10]) == [2, 10] and prompt_blocks([0]) == [0]
+def test_prompt_methods_are_the_first_of_four_steps_and_the_last_block():
+    assert prompt_blocks(11) == [2, 10] and prompt_blocks(4) == [0, 3] and prompt_blocks(1) == [0]
 
 
 def test_masks_follow_pocket_tts_rule():

@@ -51,9 +51,10 @@ from phaseconv.tts.source import Model, tokenizer_kind
 MAX_TEXT_TOKENS = 128
 # Frames of an audio voice per call of encode_voice: the encoder's activations are those of one frame.
 VOICE_FRAMES_PER_CALL = 1
-# Frame methods at most: each reads the cache blocks up to its own, so a frame's attention costs about
-# what the utterance holds, and each is a whole language model to lower.
-GENERATE_METHODS = 4
+# Prompt methods at most, in steps over the cache: each is a whole language model to lower, and a
+# chunk of text is prompted once while a frame method runs every frame (one per block: a frame reads
+# the blocks that hold the utterance so far, not the step's).
+PROMPT_METHODS = 4
 # Frames a decode method takes per call: a runner decodes several at once when its audio runs ahead
 # (phaseconv.tts.decoding), so a call reads the weights once for them.
 DECODE_FRAMES = (1, 2, 4)
@@ -166,16 +167,16 @@ def capacity_for(model: Model) -> int:
     return -(-needed // CACHE_BLOCK) * CACHE_BLOCK
 
 
-def generate_blocks(blocks: int, methods: int = GENERATE_METHODS) -> list[int]:
-    """The last block each frame method reads: `methods` steps up to the last block, evenly spread."""
-    return sorted({math.ceil(blocks * step / methods) - 1 for step in range(1, methods + 1)})
+def generate_blocks(blocks: int) -> list[int]:
+    """The last block each frame method reads: one method per block."""
+    return list(range(blocks))
 
 
-def prompt_blocks(frame_blocks: list[int]) -> list[int]:
-    """The last block each prompt method reads: the frame methods' first step (a voice of a few seconds
-    and the first chunk of text after it lie there: the prompt time to first audio waits for), and
-    the last block."""
-    return sorted({frame_blocks[0], frame_blocks[-1]})
+def prompt_blocks(blocks: int, methods: int = PROMPT_METHODS) -> list[int]:
+    """The last block each prompt method reads: the first of `methods` even steps up to the last
+    block (a voice of a few seconds and the first chunk of text after it lie there: the prompt time
+    to first audio waits for), and the last block."""
+    return sorted({math.ceil(blocks / methods) - 1, blocks - 1})
 
 
 def _voice_start(tts: nn.Module) -> bool:
@@ -193,7 +194,7 @@ def settings_of(model: Model, capacity: int, blocks: list[int], quantize, quanti
         capacity=capacity,
         cache_block=CACHE_BLOCK,
         generate_blocks=blocks,
-        prompt_blocks=prompt_blocks(blocks),
+        prompt_blocks=prompt_blocks(len(blocks)),
         layers=len(tts.flow_lm.transformer.layers),
         kv_heads=attention.num_kv_heads,
         head_dim=attention.dim_per_head,
@@ -333,7 +334,7 @@ def tts_programs(
                 (torch.zeros(1, PROMPT_TOKENS, dim), torch.arange(PROMPT_TOKENS)),
                 None,
             )
-            for block in prompt_blocks(blocks)
+            for block in prompt_blocks(len(blocks))
         },
         "load_voice": (LoadVoice(flow_lm), (state, positions), None),
         "read_voice": (ReadVoice(flow_lm), (torch.arange(VOICE_POSITIONS),), None),
