@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "decode_size.h"
 #include "program.h"
 
 namespace phaseconv {
@@ -23,12 +24,6 @@ namespace phaseconv {
 // Receives each decoded frame's samples; returns false when the audio has nowhere to go (a closed
 // pipe, or the caller wants no more), which ends the run.
 using FrameSink = std::function<bool(const float* samples, size_t count)>;
-
-// How many of `queued` latents the next decode call takes (0: wait for more): the most of `sizes` (most
-// first) once that many are queued; until then, while the audio given out plays for that many frames
-// more (`ahead_ms`) and the chunk has more to come (not `complete`), 0; else the most the queue holds.
-int64_t decode_size(int64_t queued, const std::vector<int64_t>& sizes, double ahead_ms, double frame_ms,
-                    bool complete);
 
 // What the decoder's thread measured of an utterance.
 struct DecoderReport {
