@@ -51,10 +51,10 @@ from phaseconv.tts.source import Model, tokenizer_kind
 MAX_TEXT_TOKENS = 128
 # Frames of an audio voice per call of encode_voice: the encoder's activations are those of one frame.
 VOICE_FRAMES_PER_CALL = 1
-# Prompt methods at most, in steps over the cache: each is a whole language model to lower, and a
-# chunk of text is prompted once while a frame method runs every frame (one per block: a frame reads
-# the blocks that hold the utterance so far, not the step's).
-PROMPT_METHODS = 4
+# The first prompt method reads this share of the cache's blocks, the other all of them: each is a
+# whole language model to lower, and a chunk of text is prompted once while a frame method runs every
+# frame (one per block: a frame reads the blocks that hold the utterance so far).
+PROMPT_SHARE = 4
 # Frames a decode method takes per call: a runner decodes several at once when its audio runs ahead
 # (phaseconv.tts.decoding), so a call reads the weights once for them.
 DECODE_FRAMES = (1, 2, 4)
@@ -172,18 +172,20 @@ def generate_blocks(blocks: int) -> list[int]:
     return list(range(blocks))
 
 
-def prompt_blocks(blocks: int, methods: int = PROMPT_METHODS) -> list[int]:
-    """The last block each prompt method reads: the first of `methods` even steps up to the last
-    block (a voice of a few seconds and the first chunk of text after it lie there: the prompt time
+def prompt_blocks(blocks: int, share: int = PROMPT_SHARE) -> list[int]:
+    """The last block each prompt method reads, of the cache's `blocks`: the last of the first 1/`share`
+    of them (a voice of a few seconds and the first chunk of text after it lie there: the prompt time
     to first audio waits for), and the last block."""
-    return sorted({math.ceil(blocks / methods) - 1, blocks - 1})
+    return sorted({math.ceil(blocks / share) - 1, blocks - 1})
 
 
 def _voice_start(tts: nn.Module) -> bool:
     return bool(tts.flow_lm.insert_bos_before_voice)
 
 
-def settings_of(model: Model, capacity: int, blocks: list[int], quantize, quantize_decoder) -> Settings:
+def settings_of(
+    model: Model, capacity: int, blocks: list[int], prompts: list[int], quantize, quantize_decoder
+) -> Settings:
     """The settings the runner reads from the program: shapes, and the config's generation and text settings."""
     tts, config = model.tts, model.tts.config
     attention = tts.flow_lm.transformer.layers[0].self_attn
@@ -194,7 +196,7 @@ def settings_of(model: Model, capacity: int, blocks: list[int], quantize, quanti
         capacity=capacity,
         cache_block=CACHE_BLOCK,
         generate_blocks=blocks,
-        prompt_blocks=prompt_blocks(len(blocks)),
+        prompt_blocks=prompts,
         layers=len(tts.flow_lm.transformer.layers),
         kv_heads=attention.num_kv_heads,
         head_dim=attention.dim_per_head,
@@ -313,6 +315,7 @@ def tts_programs(
     if quantize is not None:
         quantize_linears(flow_lm, quantize)
     blocks = generate_blocks(len(cache_blocks(flow_lm)))
+    prompts = prompt_blocks(len(cache_blocks(flow_lm)))
     decoders = {frames: Decode(tts, MimiStep(tts.mimi, frames=frames)) for frames in decode_frames(quantize_decoder)}
     voice = EncodeVoice(tts)
     dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
@@ -334,7 +337,7 @@ def tts_programs(
                 (torch.zeros(1, PROMPT_TOKENS, dim), torch.arange(PROMPT_TOKENS)),
                 None,
             )
-            for block in prompt_blocks(len(blocks))
+            for block in prompts
         },
         "load_voice": (LoadVoice(flow_lm), (state, positions), None),
         "read_voice": (ReadVoice(flow_lm), (torch.arange(VOICE_POSITIONS),), None),
@@ -364,7 +367,7 @@ def tts_programs(
     for resetting, running in RESETS.items():
         missing = written_buffers(programs, running) - written_buffers(programs, [resetting])
         assert not missing, f"{resetting} leaves {sorted(missing)} of {running} as they were"
-    settings = settings_of(model, capacity, blocks, quantize, quantize_decoder)
+    settings = settings_of(model, capacity, blocks, prompts, quantize, quantize_decoder)
     constants = {"settings": settings.to_json()}
     if model.tokenizer is not None:
         constants["tokenizer"] = torch.frombuffer(bytearray(model.tokenizer.read_bytes()), dtype=torch.uint8)
