@@ -116,6 +116,7 @@ VoiceState voice_state_of(const std::string& data, const std::string& path) {
       for (int kind = 0; kind < 2; ++kind) {  // keys, values: the first `positions` of each
         const char* start = cache.data + (kind * length * row) * sizeof(float);
         size_t at = state.values.size(), count = state.positions * row;
+        if (count == 0) continue;  // memcpy's pointers must not be null, even for no bytes
         state.values.resize(at + count);
         std::memcpy(state.values.data() + at, start, count * sizeof(float));  // the file's bytes need no alignment
       }

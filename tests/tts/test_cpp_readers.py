@@ -189,3 +189,16 @@ def test_every_file_fuzzing_found_is_read_or_refused(built, tmp_path, kind):
 
         tokenizer = stand_in_tokenizer(tmp_path / "tokenizer.model", 4000)
     assert set(read(kind, *found, tokenizer=tokenizer)) <= {"read", "refused"}
+
+
+def test_every_seed_file_of_the_fuzz_corpus_is_read(built, tmp_path):
+    """runner/fuzz/corpus.py makes the seeds `./dev fuzz` mutates: real files, each one the readers take."""
+    import sys
+
+    subprocess.run(
+        [sys.executable, str(ROOT / "runner" / "fuzz" / "corpus.py"), str(tmp_path)], check=True, timeout=600
+    )
+    for kind in ("voice-state", "wav", "tokenizers", "sentencepiece", "settings", "text"):
+        seeds = sorted((tmp_path / kind).iterdir())
+        assert seeds, kind
+        assert read(kind, *seeds, tokenizer=tmp_path / "tokenizer.model") == ["read"] * len(seeds), kind
