@@ -20,9 +20,15 @@ DYNAMIC = "tests.cli.factories:dynamic_decoder"
 PHASECONV = [str(Path(sys.executable).parent / "phaseconv")]
 
 
-def phaseconv(*args, cwd=ROOT, env=None):
+# A whole text-to-speech program lowers in minutes alone, and twice that beside the other test worker.
+WHOLE_PROGRAM_SECONDS = 1800
+
+
+def phaseconv(*args, cwd=ROOT, env=None, timeout=600):
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([*PHASECONV, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+    return subprocess.run(
+        [*PHASECONV, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
 
 
 THREADS_SET_HERE = "the command sizes XNNPACK's threads, which a test process may not do twice: use phaseconv()"

@@ -13,7 +13,7 @@ import torch
 from benchmarks.workers import resident_kib
 from phaseconv.tts.contract import METHODS, decode_method, generate_method, prompt_method
 from phaseconv.tts.stand_ins import environment, offline_cache, stand_in_cache, stand_in_tokenizer, stand_in_voice
-from tests.cli.test_cli import FACTORY, PHASECONV, ROOT, phaseconv, phaseconv_here
+from tests.cli.test_cli import FACTORY, PHASECONV, ROOT, WHOLE_PROGRAM_SECONDS, phaseconv, phaseconv_here
 
 pytest.importorskip("pocket_tts")
 
@@ -33,7 +33,7 @@ def cache(tmp_path_factory):
 def program(cache, tmp_path_factory):
     """`phaseconv lower pocket-tts-tts:CONFIG -o tts.pte`, no other flag: (its --json, the file)."""
     path = tmp_path_factory.mktemp("tts") / "tts.pte"
-    result = phaseconv("lower", TTS, "-o", path, "--json", env=environment(cache[0]))
+    result = phaseconv("lower", TTS, "-o", path, "--json", env=environment(cache[0]), timeout=WHOLE_PROGRAM_SECONDS)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout), path
 

@@ -20,7 +20,7 @@ import pytest
 
 from benchmarks.serving import Server, chrome, form
 from phaseconv.tts.stand_ins import environment, stand_in_cache
-from tests.cli.test_cli import phaseconv
+from tests.cli.test_cli import WHOLE_PROGRAM_SECONDS, phaseconv
 
 pytest.importorskip("pocket_tts")
 pytest.importorskip("fastapi")
@@ -40,7 +40,16 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def program(cache, tmp_path_factory):
     path = tmp_path_factory.mktemp("tts") / "tts.pte"
-    result = phaseconv("lower", f"pocket-tts-tts:{CONFIG}", "-o", path, "--capacity", 320, env=environment(cache[0]))
+    result = phaseconv(
+        "lower",
+        f"pocket-tts-tts:{CONFIG}",
+        "-o",
+        path,
+        "--capacity",
+        320,
+        env=environment(cache[0]),
+        timeout=WHOLE_PROGRAM_SECONDS,
+    )
     assert result.returncode == 0, result.stderr
     return path
 
