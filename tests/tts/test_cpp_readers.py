@@ -15,6 +15,8 @@ from tests.cli.test_cli import ROOT
 READ = ROOT / "runner" / "build" / "phaseconv-tts-read"
 REGRESSIONS = ROOT / "runner" / "fuzz" / "regressions"
 LAYER = "transformer.layers.{}.self_attn/"
+# The kinds of file phaseconv-tts-read and the fuzz targets take.
+KINDS = ["voice-state", "wav", "tokenizers", "sentencepiece", "settings", "text"]
 
 
 def safetensors(entries: dict, body: bytes, header_size: int | None = None) -> bytes:
@@ -177,7 +179,7 @@ def test_a_well_formed_wav_is_read_and_its_truncations_refused(built, tmp_path):
     assert read("wav", whole, *cuts) == ["read"] + ["refused"] * len(cuts)
 
 
-@pytest.mark.parametrize("kind", ["voice-state", "wav", "tokenizers", "sentencepiece", "settings", "text"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_file_fuzzing_found_is_read_or_refused(built, tmp_path, kind):
     """The regression corpus: each input that once crashed a reader or tripped a sanitizer."""
     found = sorted((REGRESSIONS / kind).glob("*")) if (REGRESSIONS / kind).is_dir() else []
@@ -198,7 +200,7 @@ def test_every_seed_file_of_the_fuzz_corpus_is_read(built, tmp_path):
     subprocess.run(
         [sys.executable, str(ROOT / "runner" / "fuzz" / "corpus.py"), str(tmp_path)], check=True, timeout=600
     )
-    for kind in ("voice-state", "wav", "tokenizers", "sentencepiece", "settings", "text"):
+    for kind in KINDS:
         seeds = sorted((tmp_path / kind).iterdir())
         assert seeds, kind
         assert read(kind, *seeds, tokenizer=tmp_path / "tokenizer.model") == ["read"] * len(seeds), kind

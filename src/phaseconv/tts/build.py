@@ -314,8 +314,8 @@ def tts_programs(
     flow_lm = with_cache(tts.flow_lm, capacity)
     if quantize is not None:
         quantize_linears(flow_lm, quantize)
-    blocks = generate_blocks(len(cache_blocks(flow_lm)))
-    prompts = prompt_blocks(len(cache_blocks(flow_lm)))
+    count = len(cache_blocks(flow_lm))
+    blocks, prompts = generate_blocks(count), prompt_blocks(count)
     decoders = {frames: Decode(tts, MimiStep(tts.mimi, frames=frames)) for frames in decode_frames(quantize_decoder)}
     voice = EncodeVoice(tts)
     dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
