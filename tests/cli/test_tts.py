@@ -13,29 +13,26 @@ import torch
 from benchmarks.workers import resident_kib
 from phaseconv.tts.contract import METHODS, decode_method, generate_method, prompt_method
 from phaseconv.tts.stand_ins import environment, offline_cache, stand_in_cache, stand_in_tokenizer, stand_in_voice
-from tests.cli.test_cli import FACTORY, PHASECONV, ROOT, WHOLE_PROGRAM_SECONDS, phaseconv, phaseconv_here
+from tests.cli.test_cli import FACTORY, PHASECONV, ROOT, phaseconv, phaseconv_here
+from tests.conftest import SPOKEN
 
 pytest.importorskip("pocket_tts")
 
-CONFIG = "english_2m_2026-10"
+CONFIG = SPOKEN
 TTS = f"pocket-tts-tts:{CONFIG}"
 # Lowering the whole program takes minutes (the `program` fixture): those tests run with -m slow.
 WHOLE_PROGRAM = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf")
-    return root, stand_in_cache(root, CONFIG)
+def cache(stand_in_hub):
+    return stand_in_hub
 
 
 @pytest.fixture(scope="module")
-def program(cache, tmp_path_factory):
+def program(lowered_from_hub):
     """`phaseconv lower pocket-tts-tts:CONFIG -o tts.pte`, no other flag: (its --json, the file)."""
-    path = tmp_path_factory.mktemp("tts") / "tts.pte"
-    result = phaseconv("lower", TTS, "-o", path, "--json", env=environment(cache[0]), timeout=WHOLE_PROGRAM_SECONDS)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout), path
+    return lowered_from_hub
 
 
 def speak(program, cache, tmp_path, text, *args):

@@ -21,13 +21,10 @@ import subprocess
 
 import numpy as np
 import pytest
-import torch
 
-from phaseconv.models.pocket_tts import hub
 from phaseconv.tts.build import lower_tts
-from phaseconv.tts.source import Model, build_tts
-from phaseconv.tts.stand_ins import stand_in_tokenizer
 from tests.cli.test_cli import ROOT
+from tests.tts.programs import CAPACITY, runner_model, runner_program
 
 pytest.importorskip("pocket_tts")
 
@@ -49,17 +46,13 @@ def built():
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-    """The config's program in fp32 and with an 8da4w language model and an int8 decoder, the same
-    random weights in both."""
+    """The config's program in fp32 (the C++ runner tests' own) and with an 8da4w language model and an
+    int8 decoder, the same random weights and built-in voice in both."""
+    fp32 = runner_program(tmp_path_factory, CONFIG) / "tts.pte"
     folder = tmp_path_factory.mktemp("arm64")
-    tokenizer = stand_in_tokenizer(folder / "tokenizer.json", hub.load_config(CONFIG).flow_lm.lookup_table.n_bins)
-    torch.manual_seed(0)
-    model = Model(build_tts(CONFIG, tokenizer=tokenizer), CONFIG, "random (seed 0)", False, tokenizer)
-    paths = {}
-    for name, quantize, quantize_decoder in (("fp32", None, None), ("quantized", "8da4w", "int8")):
-        lowered, _ = lower_tts(model, capacity=128, quantize=quantize, quantize_decoder=quantize_decoder)
-        paths[name] = lowered.save(folder / f"{name}.pte")[0]
-    return paths
+    model = runner_model(CONFIG, folder)
+    lowered, _ = lower_tts(model, capacity=CAPACITY, quantize="8da4w", quantize_decoder="int8")
+    return {"fp32": fp32, "quantized": lowered.save(folder / "quantized.pte")[0]}
 
 
 def speak(command: list, program, environment=None) -> np.ndarray:

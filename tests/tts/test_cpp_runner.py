@@ -8,14 +8,11 @@ import wave
 
 import numpy as np
 import pytest
-import torch
 
 from phaseconv.models.pocket_tts import hub
-from phaseconv.tts.build import lower_tts
-from phaseconv.tts.source import Model, build_tts
-from phaseconv.tts.stand_ins import stand_in_tokenizer, stand_in_voice
-from phaseconv.tts.voices import state_of
+from phaseconv.tts.stand_ins import stand_in_tokenizer
 from tests.cli.test_cli import ROOT, phaseconv
+from tests.tts.programs import runner_program
 from tests.tts.texts import texts
 
 pytest.importorskip("pocket_tts")
@@ -88,19 +85,7 @@ def test_token_ids_and_chunks_equal_pocket_tts_on_varied_texts(built, tokenizer,
 def program(request, tmp_path_factory):
     """The config's program with random weights, a stand-in tokenizer and a built-in voice (the state
     of the stand-in voice), at 256 positions; the voice's audio and state files beside it."""
-    from pocket_tts.models.model_state import export_model_state
-
-    config, folder = request.param, tmp_path_factory.mktemp(request.param)
-    tokenizer = stand_in_tokenizer(folder / "tokenizer.json", hub.load_config(config).flow_lm.lookup_table.n_bins)
-    wav = stand_in_voice(folder / "voice.wav")
-    tts = build_tts(config, tokenizer=tokenizer)
-    with torch.no_grad():
-        state = tts.get_state_for_audio_prompt(wav, truncate=True)
-    export_model_state(state, folder / "voice.safetensors")
-    model = Model(tts, config, "random (seed 0)", True, tokenizer, {"alba": state_of(state, "the stand-in")})
-    lowered, _ = lower_tts(model, capacity=256)
-    lowered.save(folder / "tts.pte")
-    return folder
+    return runner_program(tmp_path_factory, request.param)
 
 
 def read_pcm(path):

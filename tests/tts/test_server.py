@@ -19,39 +19,26 @@ import numpy as np
 import pytest
 
 from benchmarks.serving import Server, chrome, form
-from phaseconv.tts.stand_ins import environment, stand_in_cache
-from tests.cli.test_cli import WHOLE_PROGRAM_SECONDS, phaseconv
+from phaseconv.tts.stand_ins import environment
+from tests.cli.test_cli import phaseconv
 
 pytest.importorskip("pocket_tts")
 pytest.importorskip("fastapi")
 
-CONFIG = "english_2m_2026-10"
 TEXT = "Hello there. This is a test of the server."
 # Lowering the whole program takes minutes: these run with -m slow (in CI).
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf")
-    return root, stand_in_cache(root, CONFIG)
+def cache(stand_in_hub):
+    return stand_in_hub
 
 
 @pytest.fixture(scope="module")
-def program(cache, tmp_path_factory):
-    path = tmp_path_factory.mktemp("tts") / "tts.pte"
-    result = phaseconv(
-        "lower",
-        f"pocket-tts-tts:{CONFIG}",
-        "-o",
-        path,
-        "--capacity",
-        320,
-        env=environment(cache[0]),
-        timeout=WHOLE_PROGRAM_SECONDS,
-    )
-    assert result.returncode == 0, result.stderr
-    return path
+def program(lowered_from_hub):
+    """The program test_tts.py checks (`phaseconv lower`, no other flag), lowered once for both."""
+    return lowered_from_hub[1]
 
 
 @pytest.fixture(scope="module")
