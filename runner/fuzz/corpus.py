@@ -19,8 +19,8 @@ def main(folder: Path) -> None:
     from pocket_tts.models.model_state import export_model_state
 
     from phaseconv.models.pocket_tts import hub
-    from phaseconv.models.pocket_tts.language_model import CACHE_BLOCK
-    from phaseconv.tts.build import generate_blocks, prompt_blocks, settings_of
+    from phaseconv.models.pocket_tts.language_model import CACHE_BLOCK, with_cache
+    from phaseconv.tts.build import settings_of
     from phaseconv.tts.source import Model, build_tts
     from phaseconv.tts.stand_ins import _as_tokenizers_json, corpus, stand_in_tokenizer, stand_in_voice
 
@@ -43,8 +43,7 @@ def main(folder: Path) -> None:
         state = tts.get_state_for_audio_prompt(kinds["wav"] / "voice_24000.wav", truncate=True)
     export_model_state(state, kinds["voice-state"] / "voice.safetensors")
     model = Model(tts, CONFIG, "random", True, kinds["tokenizers"] / "tokenizer.json")
-    blocks = 4
-    settings = settings_of(model, CACHE_BLOCK * blocks, generate_blocks(blocks), prompt_blocks(blocks), None, None)
+    settings = settings_of(model, with_cache(tts.flow_lm, 4 * CACHE_BLOCK), None, None)
     (kinds["settings"] / "settings.json").write_text(settings.to_json())
     for number, line in enumerate(corpus()[:2000:100]):
         (kinds["text"] / f"text_{number}.txt").write_text(line)
