@@ -189,6 +189,13 @@ def test_quantization_covers_the_transformer_and_the_flow_head(scheme):
     assert quantized == {name for name in linears if name.startswith(("transformer.", "flow_net."))}
 
 
+def test_4bit_weights_are_grouped_by_the_first_group_size_that_divides_a_layers_inputs():
+    module = torch.nn.Module()
+    module.transformer = torch.nn.Sequential(*(torch.nn.Linear(inputs, 8) for inputs in (512, 192, 112)))
+    quantize_linears(module, "8da4w")
+    assert [layer.weight.block_size for layer in module.transformer] == [(1, 128), (1, 32), (1, 112)]
+
+
 @pytest.mark.parametrize("scheme", ["8da4w", "8da8w"])
 def test_quantized_linears_lower_to_xnnpack_quantized(scheme):
     """Each scheme's linear runs inside XNNPACK on quantized weights (8-bit weights grouped would not lower)."""
@@ -199,15 +206,16 @@ def test_quantized_linears_lower_to_xnnpack_quantized(scheme):
     class Layer(torch.nn.Module):  # named as the language model's linears are
         def __init__(self):
             super().__init__()
-            self.transformer = torch.nn.Sequential(torch.nn.Linear(64, 48, bias=False))
+            # 4-bit weights in groups of 128 and of 32
+            self.transformer = torch.nn.Sequential(torch.nn.Linear(256, 64), torch.nn.Linear(64, 48, bias=False))
 
         def forward(self, x):
             return self.transformer(x)
 
-    module, x = Layer().eval(), torch.randn(2, 64)
+    module, x = Layer().eval(), torch.randn(2, 256)
     quantize_linears(module, scheme)
     buffer = to_xnnpack(torch.export.export(module, (x,))).buffer
-    assert summarize_pte(buffer).inside["XNNConvert"] == 1  # activations quantized at run time
+    assert summarize_pte(buffer).inside["XNNConvert"] == 2  # activations quantized at run time, per layer
     got, expected = LoadedProgram(buffer).run((x,))[0], module(x)
     assert (got - expected).abs().max() < 0.01 * expected.abs().max()  # XNNPACK's integer kernels round as they do
 

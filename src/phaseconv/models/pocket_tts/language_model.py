@@ -161,32 +161,40 @@ def _without_tokenizer_copy(flow_lm: nn.Module) -> nn.Module:
 # The language model's linear layers quantized as ExecuTorch's LLM export does (`--qlinear`): int8
 # activations quantized at run time and int4 or int8 weights, which XNNPACK runs as such.
 LINEAR_QUANTIZATION = {"8da4w": torch.int4, "8da8w": torch.int8}
-GROUP_SIZE = 32
+# 4-bit weights in groups of the first size that divides a layer's inputs: larger groups make a faster
+# prompt, 32 keeps the small configs' layers grouped
+GROUP_SIZES = (128, 32)
+
+
+def group_size(linear: nn.Linear) -> int | None:
+    """The group of a 4-bit linear layer's weights: the first of GROUP_SIZES that divides its inputs,
+    None (per output channel) where none does."""
+    return next((size for size in GROUP_SIZES if linear.in_features % size == 0), None)
 
 
 def quantize_linears(flow_lm: nn.Module, scheme: str) -> None:
     """Every linear layer of the transformer and the flow head in `scheme` (8da4w or 8da8w): 4-bit
-    weights in groups of 32 input channels (per output channel where 32 does not divide them), 8-bit
-    weights per output channel (XNNPACK groups 4-bit weights only). The EOS logit and the input
-    projection stay float32: one row, and 32 inputs."""
+    weights in groups of input channels (group_size), 8-bit weights per output channel (XNNPACK
+    groups 4-bit weights only). The EOS logit and the input projection stay float32: one row, and
+    32 inputs."""
     from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
 
     if scheme not in LINEAR_QUANTIZATION:
         raise PhaseconvError(f"unknown quantization {scheme!r}; known: {', '.join(LINEAR_QUANTIZATION)}")
     per_group = LINEAR_QUANTIZATION[scheme] == torch.int4
-    for grouped in (True, False) if per_group else (False,):
+    for size in (*GROUP_SIZES, None) if per_group else (None,):
         config = Int8DynamicActivationIntxWeightConfig(
             weight_dtype=LINEAR_QUANTIZATION[scheme],
-            weight_granularity=PerGroup(GROUP_SIZE) if grouped else PerAxis(0),
+            weight_granularity=PerGroup(size) if size else PerAxis(0),
             intx_choose_qparams_algorithm="hqq_scale_only",
         )
 
-        def chosen(module, name, grouped=grouped):
+        def chosen(module, name, size=size):
             return (
                 isinstance(module, nn.Linear)
                 and name.startswith(("transformer.", "flow_net."))
-                and (not per_group or (module.in_features % GROUP_SIZE == 0) == grouped)
+                and (not per_group or group_size(module) == size)
             )
 
         quantize_(flow_lm, config, filter_fn=chosen)
