@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.shared import made_once
+from tests.shared import SPOKEN, made_once
 
 _LIBC_NAME = ctypes.util.find_library("c")
 _LIBC = ctypes.CDLL(_LIBC_NAME) if _LIBC_NAME else None
-# the config the command-line and server tests speak with (its program lowered once: lowered_from_hub)
-SPOKEN = "english_2m_2026-10"
 
 
 @pytest.fixture(autouse=True, scope="module")

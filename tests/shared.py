@@ -6,6 +6,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
+# the config the command-line and server tests speak with (its program lowered once: lowered_from_hub)
+SPOKEN = "english_2m_2026-10"
+
 
 def made_once(tmp_path_factory, name: str, make) -> Path:
     """The folder `name`, filled by `make(folder)` once per test run: the test workers share it, the

@@ -14,7 +14,7 @@ from benchmarks.workers import resident_kib
 from phaseconv.tts.contract import METHODS, decode_method, generate_method, prompt_method
 from phaseconv.tts.stand_ins import environment, offline_cache, stand_in_cache, stand_in_tokenizer, stand_in_voice
 from tests.cli.test_cli import FACTORY, PHASECONV, ROOT, phaseconv, phaseconv_here
-from tests.conftest import SPOKEN
+from tests.shared import SPOKEN
 
 pytest.importorskip("pocket_tts")
 

@@ -183,26 +183,20 @@ def _voice_start(tts: nn.Module) -> bool:
     return bool(tts.flow_lm.insert_bos_before_voice)
 
 
-def method_blocks(flow_lm: nn.Module) -> tuple[list[int], list[int]]:
-    """The last block each frame method and each prompt method reads, for the cache of `flow_lm` (with_cache's)."""
-    count = len(cache_blocks(flow_lm))
-    return generate_blocks(count), prompt_blocks(count)
-
-
 def settings_of(model: Model, flow_lm: nn.Module, quantize, quantize_decoder) -> Settings:
     """The settings the runner reads from the program: shapes (the cache's, of `flow_lm`: with_cache's),
     and the config's generation and text settings."""
     tts, config = model.tts, model.tts.config
     attention = tts.flow_lm.transformer.layers[0].self_attn
-    blocks, prompts = method_blocks(flow_lm)
+    blocks = len(cache_blocks(flow_lm))
     return Settings(
         config=model.config,
         weights=model.weights,
         voice_cloning=model.voice_cloning,
         capacity=capacity_of(flow_lm),
         cache_block=CACHE_BLOCK,
-        generate_blocks=blocks,
-        prompt_blocks=prompts,
+        generate_blocks=generate_blocks(blocks),
+        prompt_blocks=prompt_blocks(blocks),
         layers=len(tts.flow_lm.transformer.layers),
         kv_heads=attention.num_kv_heads,
         head_dim=attention.dim_per_head,
@@ -320,7 +314,9 @@ def tts_programs(
     flow_lm = with_cache(tts.flow_lm, capacity)
     if quantize is not None:
         quantize_linears(flow_lm, quantize)
-    blocks, prompts = method_blocks(flow_lm)
+    # the program's methods are the ones its settings name
+    settings = settings_of(model, flow_lm, quantize, quantize_decoder)
+    blocks, prompts = settings.generate_blocks, settings.prompt_blocks
     decoders = {frames: Decode(tts, MimiStep(tts.mimi, frames=frames)) for frames in decode_frames(quantize_decoder)}
     voice = EncodeVoice(tts)
     dim, ldim, frame = flow_lm.dim, flow_lm.ldim, tts.mimi.frame_size
@@ -372,7 +368,6 @@ def tts_programs(
     for resetting, running in RESETS.items():
         missing = written_buffers(programs, running) - written_buffers(programs, [resetting])
         assert not missing, f"{resetting} leaves {sorted(missing)} of {running} as they were"
-    settings = settings_of(model, flow_lm, quantize, quantize_decoder)
     constants = {"settings": settings.to_json()}
     if model.tokenizer is not None:
         constants["tokenizer"] = torch.frombuffer(bytearray(model.tokenizer.read_bytes()), dtype=torch.uint8)
