@@ -136,3 +136,29 @@ def test_a_value_of_a_length_no_input_has_itself_is_left():
     assert any("no input has the dynamic size itself" in reason for reason in reasons), reasons
     x = torch.randn(1, 4, 14)
     assert torch.equal(run(phaseconv.rewrite(ep), x), run(ep, x))
+
+
+class SquareMask(nn.Module):
+    """Scores of T tokens against each other plus a [T, T] causal mask built from arange(T)."""
+
+    def forward(self, x):
+        index = torch.arange(x.shape[1])
+        mask = (index[:, None] >= index[None, :]).to(x.dtype) * 3
+        return x @ x.transpose(1, 2) + mask
+
+
+def test_a_square_value_of_the_dynamic_length_lowers_with_its_input_still_dynamic():
+    """[T, T] sliced from a constant of T's longest length has strides that could be a contiguous
+    tensor's at that length: exported there, the lowering's retrace would fix T. It runs at both ends."""
+    from torch.export import Dim
+
+    from tests.helpers import lower_and_run
+
+    ep = export(SquareMask(), torch.randn(1, 32, 4), dynamic_shapes=({1: Dim("t", min=2, max=32)},))
+    (decision,) = folded(phaseconv.explain(ep))
+    assert "at the longest length (32)" in decision.detail
+    rewritten = phaseconv.rewrite(ep)
+    for length in (2, 19, 32):
+        x = torch.randn(1, length, 4)
+        _, (actual,) = lower_and_run(rewritten, x)
+        assert_close(actual, run(ep, x))

@@ -63,9 +63,21 @@ def prefix_constant(editor: ProgramEditor, node: Node) -> PrefixConstant:
     return prefix
 
 
-def read_prefix(editor: ProgramEditor, anchor: Node, prefix: PrefixConstant, constant: Node) -> Node:
-    """`constant` (the prefix value, maybe re-laid-out with the same sized dims) sliced to the run-time sizes."""
-    read = constant
+def read_prefix(editor: ProgramEditor, anchor: Node, prefix: PrefixConstant, value: torch.Tensor, key: str) -> Node:
+    """`value` (the prefix value, maybe re-laid-out with the same sized dims) as a constant (editor.new_constant's
+    `key`) sliced to the run-time sizes.
+
+    A sized dim after a dim longer than one is stored one longer than its longest run-time size, so that
+    no slice of it has a contiguous tensor's strides at any length: the export's retrace asks whether a
+    slice is contiguous, and where the answer depends on the length it fixes the length (the program's
+    input becomes static)."""
+    padded = [dim for dim, _, _ in prefix.sizes if any(size > 1 for size in value.shape[:dim])]
+    stored = value
+    if padded:
+        shape = [size + (dim in padded) for dim, size in enumerate(value.shape)]
+        stored = value.new_zeros(shape)
+        stored[tuple(slice(0, size) for size in value.shape)] = value
+    read = editor.new_constant(stored, key)
     for dim, a, b in prefix.sizes:
         read = editor.emit(anchor, aten.slice.Tensor, read, dim, 0, editor.symbolic_size(prefix.symbol, a, b))
     return read

@@ -144,7 +144,7 @@ class AttentionRule(Rule):
         scores = emit(aten.bmm.default, q, k)
         scores = emit(aten.mul.Tensor, scores, editor.scalar_constant(plan.scale, scores))
         if plan.prefix is not None:  # [L, K] of the longest, sliced to the run-time lengths
-            mask = read_prefix(editor, node, plan.prefix, editor.new_constant(plan.additive_mask, f"{node.name}_mask"))
+            mask = read_prefix(editor, node, plan.prefix, plan.additive_mask, f"{node.name}_mask")
             scores = emit(aten.add.Tensor, scores, mask)
         elif plan.additive_mask is not None or plan.runtime_mask is not None:
             scores = emit(aten.view.default, scores, [*batch, length, keys])

@@ -144,9 +144,11 @@ class FoldConstantsRule(Rule):
 
     def apply(self, plan: FoldPlan, editor: ProgramEditor) -> None:
         for reader in plan.readers:
-            constant = editor.new_constant(plan.value, f"{plan.node.name}_{reader.name}")
+            key = f"{plan.node.name}_{reader.name}"
             if plan.prefix is not None:
-                constant = read_prefix(editor, reader, plan.prefix, constant)
+                constant = read_prefix(editor, reader, plan.prefix, plan.value, key)
+            else:
+                constant = editor.new_constant(plan.value, key)
             reader.replace_input_with(plan.node, constant)
         editor.release(plan.node)
 
