@@ -101,10 +101,26 @@ def test_other_stacks_are_declined_with_the_reason(module):
     assert not decision.applied and "not a rotation of interleaved pairs" in decision.reason
 
 
-def test_a_dynamic_length_is_declined():
-    ep = export(Rotary(), *inputs(), dynamic_shapes=({1: Dim("t", min=2, max=64)}, None))
+def test_a_dynamic_length_is_rewritten_with_it_inferred_and_runs_at_both_ends():
+    from tests.helpers import lower_and_run
+
+    ep = export(Rotary(), *inputs(32), dynamic_shapes=({1: Dim("t", min=2, max=64)}, None))
     decisions = decisions_of("interleaved_rope", ep)
-    assert decisions and all(not d.applied and "dynamic shape" in d.reason for d in decisions)
+    assert len(decisions) == 2 and all(d.applied for d in decisions), decisions
+    rewritten = phaseconv.rewrite(ep)
+    assert aten.stack.default not in [n.target for n in rewritten.graph.nodes]
+    for steps in (2, 64):
+        x = inputs(steps)
+        assert torch.equal(run(rewritten, *x), run(ep, *x))
+        _, (actual,) = lower_and_run(rewritten, *x)
+        torch.testing.assert_close(actual, run(ep, *x))
+
+
+def test_two_dynamic_sizes_in_one_shape_are_declined():
+    dynamic = ({0: Dim("b", min=1, max=4), 1: Dim("t", min=2, max=64)}, None)
+    ep = export(Rotary(), torch.randn(2, 3, 64), torch.tensor([37.0]), dynamic_shapes=dynamic)
+    decisions = decisions_of("interleaved_rope", ep)
+    assert decisions and all(not d.applied and "two dynamic sizes" in d.reason for d in decisions)
 
 
 def test_quantization_keeps_the_rotation_out_of_int8():

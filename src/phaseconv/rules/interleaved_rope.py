@@ -145,6 +145,7 @@ class InterleavedRopeRule(Rule):
     """stack([a*cos - b*sin, a*sin + b*cos], -1) of x's pairs a, b -> x * C + linear(x, P) * S."""
 
     name = "interleaved_rope"
+    stage = 2  # after views, which rewrites the pairs' view and the view back when their sizes are read from the graph
 
     def matches(self, node: Node) -> bool:
         return _is_stack_of_two(node)
@@ -160,8 +161,11 @@ class InterleavedRopeRule(Rule):
         source = x.meta["val"] if x is not None else None
         if source is None or tuple(source.shape) != (*pairs.meta["val"].shape[:-2], 2 * pairs.meta["val"].shape[-2]):
             return Skip("the pairs are not a view of a tensor's last dimension")
-        if not all(isinstance(size, int) for size in (*value.shape, *cos.meta["val"].shape, *sin.meta["val"].shape)):
-            return Skip("a dynamic shape: the doubled cos and sin would need sizes read at run time")
+        shapes = (value.shape, cos.meta["val"].shape, sin.meta["val"].shape)
+        if any(sum(not isinstance(size, int) for size in shape) > 1 for shape in shapes):
+            return Skip("two dynamic sizes in one shape: the views of the doubled cos and sin infer only one")
+        if not all(isinstance(size, int) for size in (*value.shape[-2:], *(shape[-1] for shape in shapes[1:]))):
+            return Skip("a dynamic size among the pairs: the doubled cos and sin would need it read at run time")
         if not value.dtype.is_floating_point or value.dtype != source.dtype:
             return Skip(f"{value.dtype}: the linear form is for floating point")
         half = value.shape[-2]
@@ -197,7 +201,7 @@ class InterleavedRopeRule(Rule):
             editor.emit(anchor, aten.mul.Tensor, swapped, sin),
         )
         if len(plan.replaced) == 1:
-            rotated = editor.emit(anchor, aten.view.default, rotated, list(anchor.meta["val"].shape))
+            rotated = editor.emit(anchor, aten.view.default, rotated, _inferred(anchor.meta["val"].shape))
         editor.replace(list(plan.replaced), rotated)
 
 
@@ -211,10 +215,18 @@ def _doubled(angle: Node, editor: ProgramEditor) -> Node:
     if angle in made:
         return made[angle]
     anchor = angle.next
-    column = editor.emit(anchor, aten.view.default, angle, [*shape, 1])
+    column = editor.emit(anchor, aten.view.default, angle, _inferred([*shape, 1]))
     ones = editor.new_constant(torch.ones([1] * len(shape) + [2], dtype=angle.meta["val"].dtype), f"{angle.name}_twice")
     doubled = editor.emit(
-        anchor, aten.view.default, editor.emit(anchor, aten.mul.Tensor, column, ones), [*shape[:-1], 2 * shape[-1]]
+        anchor,
+        aten.view.default,
+        editor.emit(anchor, aten.mul.Tensor, column, ones),
+        _inferred([*shape[:-1], 2 * shape[-1]]),
     )
     made[angle] = doubled
     return doubled
+
+
+def _inferred(shape) -> list[int]:
+    """`shape` for a view: its one dynamic size (if any) inferred, -1."""
+    return [size if isinstance(size, int) else -1 for size in shape]

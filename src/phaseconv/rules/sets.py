@@ -42,7 +42,7 @@ from phaseconv.rules.winograd import WinogradRule
 STAGES = {
     0: "constants folded, and rewrites whose output a later rule rewrites (istft, nearest_conv)",
     1: "the rewrites: transposed convolutions, upsampling, normalization, attention, state",
-    2: "clean-ups of what the rewrites emit (slices of a cat, taps that read only padding)",
+    2: "clean-ups of what the rewrites emit (slices of a cat, taps that read only padding), rotary embeddings",
     3: "layout: 1-D regions lifted to 2-D, short convolutions as windows",
     4: "convolutions and linears as GEMMs where that pays on the target (winograd, im2col, split_conv)",
 }
