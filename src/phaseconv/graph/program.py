@@ -377,6 +377,11 @@ def size_range(size: torch.SymInt) -> tuple[int, int] | None:
     return max(1, lowest), int(symbolic.hint)
 
 
+def inferred_shape(shape) -> list[int]:
+    """A view's shape: a symbolic size (the dynamic length, at most one) as -1, which XNNPACK infers."""
+    return [size if isinstance(size, int) else -1 for size in shape]
+
+
 def is_in_place(node: Node) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
-from phaseconv.graph.program import ProgramEditor
+from phaseconv.graph.program import ProgramEditor, inferred_shape
 from phaseconv.rules.base import Rule, Skip
 from phaseconv.rules.rotate_half import last_dim_slice
 
@@ -201,7 +201,7 @@ class InterleavedRopeRule(Rule):
             editor.emit(anchor, aten.mul.Tensor, swapped, sin),
         )
         if len(plan.replaced) == 1:
-            rotated = editor.emit(anchor, aten.view.default, rotated, _inferred(anchor.meta["val"].shape))
+            rotated = editor.emit(anchor, aten.view.default, rotated, inferred_shape(anchor.meta["val"].shape))
         editor.replace(list(plan.replaced), rotated)
 
 
@@ -215,18 +215,13 @@ def _doubled(angle: Node, editor: ProgramEditor) -> Node:
     if angle in made:
         return made[angle]
     anchor = angle.next
-    column = editor.emit(anchor, aten.view.default, angle, _inferred([*shape, 1]))
+    column = editor.emit(anchor, aten.view.default, angle, inferred_shape([*shape, 1]))
     ones = editor.new_constant(torch.ones([1] * len(shape) + [2], dtype=angle.meta["val"].dtype), f"{angle.name}_twice")
     doubled = editor.emit(
         anchor,
         aten.view.default,
         editor.emit(anchor, aten.mul.Tensor, column, ones),
-        _inferred([*shape[:-1], 2 * shape[-1]]),
+        inferred_shape([*shape[:-1], 2 * shape[-1]]),
     )
     made[angle] = doubled
     return doubled
-
-
-def _inferred(shape) -> list[int]:
-    """`shape` for a view: its one dynamic size (if any) inferred, -1."""
-    return [size if isinstance(size, int) else -1 for size in shape]

@@ -24,7 +24,7 @@ import torch
 from torch.fx import Node
 
 from phaseconv.graph.padding import PADS, constant_mode, fill_value
-from phaseconv.graph.program import NotConstant, ProgramEditor
+from phaseconv.graph.program import NotConstant, ProgramEditor, inferred_shape
 from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
@@ -86,11 +86,6 @@ def _eligible(node: Node) -> bool:
     return node.target in UNARY or node.target in BINARY
 
 
-def _inferred(shape) -> list[int]:
-    """A view's shape: a symbolic size (the dynamic length, at most one) as -1, which XNNPACK infers."""
-    return [size if isinstance(size, int) else -1 for size in shape]
-
-
 SHAPE_CHAIN = {*VIEWS, aten.reshape.default, aten.permute.default, aten.permute_copy.default, aten.transpose.int}
 
 
@@ -105,8 +100,9 @@ def lift_convolution(editor: ProgramEditor, conv: Node) -> Node:
     """A conv1d alone -> view(conv2d(view(x, [N, C, T, 1]), ...), [N, C', T']); returns the conv2d.
     For the rules that turn a convolution into many ops on its input: they then read one view."""
     x = conv.args[0]
-    lifted = _as_conv2d(editor, conv, editor.emit(conv, aten.view.default, x, [*_inferred(x.meta["val"].shape), 1]))
-    editor.replace([conv], editor.emit(conv, aten.view.default, lifted, _inferred(conv.meta["val"].shape)))
+    column = editor.emit(conv, aten.view.default, x, [*inferred_shape(x.meta["val"].shape), 1])
+    lifted = _as_conv2d(editor, conv, column)
+    editor.replace([conv], editor.emit(conv, aten.view.default, lifted, inferred_shape(conv.meta["val"].shape)))
     return lifted
 
 
@@ -209,7 +205,7 @@ class Lift1dRule(Rule):
                 return value
             if value in lifted:
                 return lifted[value]
-            shape = _inferred(value.meta["val"].shape)
+            shape = inferred_shape(value.meta["val"].shape)
             shape4 = [*[1] * (3 - len(shape)), *shape, 1]
             if editor.is_constant_input(value):
                 lifted[value] = editor.derived_constant(value, "4d", lambda t: t.reshape(shape4))
@@ -239,6 +235,6 @@ class Lift1dRule(Rule):
         for node in plan.region:
             outside = sorted((user for user in node.users if user not in members), key=order.get)
             if outside:  # the view goes before the first reader in graph order
-                out = editor.emit(outside[0], aten.view.default, lifted[node], _inferred(node.meta["val"].shape))
+                out = editor.emit(outside[0], aten.view.default, lifted[node], inferred_shape(node.meta["val"].shape))
                 editor.redirect(node, out, outside)
             editor.release(node)

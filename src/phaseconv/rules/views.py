@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
-from phaseconv.graph.program import ProgramEditor
+from phaseconv.graph.program import ProgramEditor, inferred_shape
 from phaseconv.rules.base import Rule, Skip
 
 aten = torch.ops.aten
@@ -53,7 +53,7 @@ class ViewRule(Rule):
         dynamic = sum(not isinstance(size, int) for size in shape)
         if dynamic and whole or dynamic > 1 and node.target in (*RESHAPES, *SIZED):
             return Skip(f"dynamic shape {list(shape)}: a view infers only one size")
-        shape = tuple(size if isinstance(size, int) else -1 for size in shape)  # the dynamic one inferred
+        shape = tuple(inferred_shape(shape))
         if node.target == aten.copy.default:
             dst, src = (arg.meta["val"] for arg in node.args[:2])
             if dst.shape != src.shape or dst.dtype != src.dtype:
