@@ -9,6 +9,7 @@ same things about the same nodes.
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import sys
 from pathlib import Path
@@ -50,24 +51,33 @@ def counted(decisions) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def model_decisions(spec: str) -> dict[str, dict[str, int]]:
-    from phaseconv.models.loading import load_model
+def explained(program, rules) -> dict[str, int]:
+    """counted(explain(program, rules)), the rewritten copy collected before the next: a graph module
+    is a reference cycle, so its weights (gigabytes for a VAE under Winograd) wait for the cycle
+    collector, and without it the copies of a dozen sets pile up."""
     from phaseconv.rewrite import explain
 
+    decisions = counted(explain(program, rules))
+    gc.collect()
+    return decisions
+
+
+def model_decisions(spec: str) -> dict[str, dict[str, int]]:
+    from phaseconv.models.loading import load_model
+
     program = load_model(spec, random_weights=spec.startswith("pocket-tts:")).program
-    return {name: counted(explain(program, rules)) for name, rules in rule_sets().items()}
+    return {name: explained(program, rules) for name, rules in rule_sets().items()}
 
 
 def tts_decisions() -> dict[str, dict[str, int]]:
     """pocket-tts's whole text-to-speech program (english_2m, 256 positions), each method under the
     set phaseconv.lower takes for any CPU."""
-    from phaseconv.rewrite import explain
     from phaseconv.rules import TARGET_RULES
     from phaseconv.tts.build import tts_programs
     from phaseconv.tts.source import random_model
 
     programs, _, _ = tts_programs(random_model("english_2m_2026-10"), capacity=256)
-    return {name: counted(explain(program, TARGET_RULES["any"])) for name, program in sorted(programs.items())}
+    return {name: explained(program, TARGET_RULES["any"]) for name, program in sorted(programs.items())}
 
 
 def snapshot() -> dict:
