@@ -88,10 +88,8 @@ def program(request, tmp_path_factory):
     return runner_program(tmp_path_factory, request.param)
 
 
-@pytest.fixture(scope="module")
-def small_program(tmp_path_factory):
-    """english_2m's program of `program`, for the tests whose answer does not depend on the config."""
-    return runner_program(tmp_path_factory, "english_2m_2026-10")
+# the tests whose answer does not depend on the config take english_2m's program alone
+ONE_CONFIG = pytest.mark.parametrize("program", ["english_2m_2026-10"], indirect=True)
 
 
 def read_pcm(path):
@@ -151,6 +149,7 @@ def test_stream_is_pcm_on_stdout_and_a_reader_that_closes_early_ends_it_quietly(
 
 
 @pytest.mark.slow
+@ONE_CONFIG
 @pytest.mark.parametrize(
     "args",
     [
@@ -174,54 +173,55 @@ def test_stream_is_pcm_on_stdout_and_a_reader_that_closes_early_ends_it_quietly(
         "no-output",
     ],
 )
-def test_bad_input_is_refused_as_the_python_runner_refuses_it(built, small_program, args):
-    (small_program / "not.safetensors").write_bytes(b"not a state")
-    stand_in_tokenizer(small_program / "small.model", 1000)
-    args = [a.format(folder=small_program) for a in args]
-    output = [] if "-o" in args or args == ["Hi."] else ["-o", small_program / "bad.wav"]
-    python = phaseconv("tts", small_program / "tts.pte", *args, *output)
-    result = cpp(small_program / "tts.pte", *args, *(["--stream"] if args == ["Hi."] else output))
+def test_bad_input_is_refused_as_the_python_runner_refuses_it(built, program, args):
+    (program / "not.safetensors").write_bytes(b"not a state")
+    stand_in_tokenizer(program / "small.model", 1000)
+    args = [a.format(folder=program) for a in args]
+    output = [] if "-o" in args or args == ["Hi."] else ["-o", program / "bad.wav"]
+    python = phaseconv("tts", program / "tts.pte", *args, *output)
+    result = cpp(program / "tts.pte", *args, *(["--stream"] if args == ["Hi."] else output))
     if args == ["Hi."]:  # nowhere for the audio to go: refused before either loads the program
-        result = cpp(small_program / "tts.pte", *args)
+        result = cpp(program / "tts.pte", *args)
     for said in (python.stderr, result.stderr.decode()):
         assert len(said.strip().splitlines()) == 1 and "error" in said, said
     assert python.returncode == result.returncode == 2, (python.stderr, result.stderr)
-    assert not (small_program / "bad.wav").exists()
+    assert not (program / "bad.wav").exists()
 
 
 @pytest.mark.slow
+@ONE_CONFIG
 @pytest.mark.parametrize("name", ["offset-past-file", "cache-longer-than-bytes", "overflowing-shape"])
-def test_a_voice_file_whose_header_lies_is_refused_in_one_line(built, small_program, name):
+def test_a_voice_file_whose_header_lies_is_refused_in_one_line(built, program, name):
     from tests.tts.test_cpp_readers import HOSTILE_STATES, voice_state
 
-    state = small_program / f"{name}.safetensors"
+    state = program / f"{name}.safetensors"
     state.write_bytes(voice_state(layers=1, edit=HOSTILE_STATES[name]))
-    result = cpp(small_program / "tts.pte", "Hi.", "--voice", state, "-o", small_program / "hostile.wav")
+    result = cpp(program / "tts.pte", "Hi.", "--voice", state, "-o", program / "hostile.wav")
     said = result.stderr.decode()
     assert result.returncode == 2 and len(said.strip().splitlines()) == 1 and "voice state" in said, said
-    assert not (small_program / "hostile.wav").exists()
+    assert not (program / "hostile.wav").exists()
 
 
 @pytest.mark.slow
-def test_the_library_keeps_its_promises_to_a_caller_in_cpp(built, small_program):
+@ONE_CONFIG
+def test_the_library_keeps_its_promises_to_a_caller_in_cpp(built, program):
     """stop() from another thread ends generate() within a frame; a failure on the decoder's thread is
     an error and the next generate() speaks; bad input is an error and a message (tests/api_check.cpp)."""
-    result = subprocess.run(
-        [str(API_CHECK), str(small_program / "tts.pte")], capture_output=True, text=True, timeout=600
-    )
+    result = subprocess.run([str(API_CHECK), str(program / "tts.pte")], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [line.split(":")[0] for line in result.stdout.splitlines()] == ["stop", "decoder-failure", "errors"]
 
 
 @pytest.mark.slow
-def test_the_c_api_from_ctypes_speaks_as_phaseconv_tts_and_stops_and_refuses(built, small_program):
+@ONE_CONFIG
+def test_the_c_api_from_ctypes_speaks_as_phaseconv_tts_and_stops_and_refuses(built, program):
     import sys
 
     text = "A caller in another language. It hears the same."
-    expected = cpp(small_program / "tts.pte", text, "--temperature", 0, "--stream")
+    expected = cpp(program / "tts.pte", text, "--temperature", 0, "--stream")
     assert expected.returncode == 0, expected.stderr
-    out = small_program / "c_api.json"
-    command = [sys.executable, "-m", "tests.tts.c_api", str(LIBRARY), str(small_program / "tts.pte"), text, str(out)]
+    out = program / "c_api.json"
+    command = [sys.executable, "-m", "tests.tts.c_api", str(LIBRARY), str(program / "tts.pte"), text, str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     seen = json.loads(out.read_text())
@@ -236,26 +236,22 @@ def test_the_c_api_from_ctypes_speaks_as_phaseconv_tts_and_stops_and_refuses(bui
 
 
 @pytest.mark.slow
-def test_an_app_built_against_the_installed_package_speaks_as_phaseconv_tts(built, small_program):
+@ONE_CONFIG
+def test_an_app_built_against_the_installed_package_speaks_as_phaseconv_tts(built, program):
     """runner/examples/speak, a C app that knows only find_package(phaseconv_tts), built by `./dev example`."""
     build = subprocess.run([str(ROOT / "dev"), "example"], capture_output=True, text=True, timeout=900)
     assert build.returncode == 0, build.stdout + build.stderr
     text = "An app of its own, linked to the library."
     app = subprocess.run(
-        [
-            str(ROOT / "runner" / "build-example" / "speak"),
-            str(small_program / "tts.pte"),
-            text,
-            str(small_program / "app.wav"),
-        ],
+        [str(ROOT / "runner" / "build-example" / "speak"), str(program / "tts.pte"), text, str(program / "app.wav")],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert app.returncode == 0, app.stderr
-    result = cpp(small_program / "tts.pte", text, "--temperature", 0, "-o", small_program / "cpp.wav")
+    result = cpp(program / "tts.pte", text, "--temperature", 0, "-o", program / "cpp.wav")
     assert result.returncode == 0, result.stderr
-    expected, heard = read_pcm(small_program / "cpp.wav"), read_pcm(small_program / "app.wav")
+    expected, heard = read_pcm(program / "cpp.wav"), read_pcm(program / "app.wav")
     assert heard.shape == expected.shape and np.abs(heard - expected).max() <= 1
 
 
