@@ -60,3 +60,29 @@ def test_a_pass_that_changed_nothing_skips_its_retrace_and_the_program_is_the_sa
         retraces[skipping] = len(retraced)
     assert buffers[True] == buffers[False]
     assert retraces[True] < retraces[False]
+
+
+class StackedHeads(torch.nn.Module):
+    """Heads [t, 3, 8] laid end to end, as attention stacks a query group: to_edge writes the
+    reshape as a view of size [1, 3 * t, 8], with 3 * t read from the graph."""
+
+    def forward(self, x):
+        return torch.relu(x.permute(1, 0, 2).reshape(1, 3 * x.shape[0], 8)) + 1
+
+
+def test_a_view_of_one_symbolic_size_is_inferred_and_stays_in_the_delegate():
+    from torch.export import Dim
+
+    from phaseconv.lowering.xnnpack import to_xnnpack
+    from phaseconv.runtimes.executorch import LoadedProgram
+    from phaseconv.runtimes.pte import summarize_pte
+
+    module = StackedHeads()
+    ep = torch.export.export(module, (torch.randn(5, 3, 8),), dynamic_shapes=({0: Dim("t", min=1, max=32)},))
+    buffer = to_xnnpack(ep).buffer
+    summary = summarize_pte(buffer)
+    assert summary.partitions == 1 and summary.inside["XNNStaticReshape"] == 1, summary
+    program = LoadedProgram(buffer)
+    for length in (1, 7, 32):
+        x = torch.randn(length, 3, 8)
+        torch.testing.assert_close(program.run((x,))[0], module(x), rtol=0, atol=0)

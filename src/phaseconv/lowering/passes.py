@@ -17,6 +17,7 @@ from unittest import mock
 from executorch.backends.xnnpack import xnnpack_preprocess
 from executorch.backends.xnnpack._passes import XNNPACKPassManager
 from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
+from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult
 from torch.fx import GraphModule
 
@@ -65,3 +66,21 @@ def phaseconv_passes():
     """While lowering: XNNPACK's preprocess with these passes (ExecuTorch 1.5.1 takes no others)."""
     with mock.patch.object(xnnpack_preprocess, "XNNPACKPassManager", PhaseconvPassManager):
         yield
+
+
+def inferred_view_sizes(graph_module: GraphModule) -> PassResult:
+    """Each edge view whose shape holds one size read from the graph (a reshape decomposed by
+    to_edge: [1, 3 * s, 64]) with that size inferred (-1): XNNPACK's partitioner takes no view of a
+    symbolic size, and one of -1. Run before partitioning (to_edge_transform_and_lower's passes)."""
+    changed = False
+    for node in graph_module.graph.find_nodes(op="call_function", target=exir_ops.edge.aten.view_copy.default):
+        shape = list(node.args[1])
+        symbolic = [i for i, size in enumerate(shape) if not isinstance(size, int)]
+        if len(symbolic) == 1 and -1 not in shape:
+            shape[symbolic[0]] = -1
+            node.args = (node.args[0], shape)
+            changed = True
+    if changed:
+        graph_module.graph.eliminate_dead_code()
+        graph_module.recompile()
+    return PassResult(graph_module, changed)

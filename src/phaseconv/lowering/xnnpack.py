@@ -38,7 +38,7 @@ from torch.export.graph_signature import InputKind
 from phaseconv.errors import PhaseconvError
 from phaseconv.graph.program import copy_graph, declared_ranges_kept
 from phaseconv.lowering.blobs import BlobFolder, spilled_as_serialized
-from phaseconv.lowering.passes import phaseconv_passes
+from phaseconv.lowering.passes import inferred_view_sizes, phaseconv_passes
 from phaseconv.lowering.profile import StageLog
 
 EXTERNAL_TAG = "_default_external_constant"
@@ -142,6 +142,7 @@ def lower_method(
         stack.enter_context(spilled_as_serialized(blobs) if blobs is not None else contextlib.nullcontext())
         edge = to_edge_transform_and_lower(
             {name: program},
+            transform_passes=[inferred_view_sizes],
             partitioner=[StagedPartitioner(configs, name, stages)],
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
         )
