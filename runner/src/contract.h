@@ -3,7 +3,7 @@
 #include <cstdint>
 
 namespace phaseconv::contract {
-constexpr int kVersion = 3;
+constexpr int kVersion = 4;
 constexpr const char* kKind = "pocket-tts-tts";
 constexpr int64_t kPromptTokens = 32;
 constexpr int64_t kVoicePositions = 64;

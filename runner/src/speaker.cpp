@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 
 #include "audio.h"
 #include "contract.h"
@@ -137,14 +138,13 @@ void Speaker::prompt(const std::vector<float>& embeddings, int64_t count, int64_
                     " (lower it with a larger --capacity, or use a shorter voice)");
   }
   if (static_cast<int64_t>(embeddings.size()) < count * dim) throw std::runtime_error("conditioning cut short");
-  for (int64_t start = 0; start < count; start += size) {
+  for (int64_t start = 0; start < count; start += size) {  // as many tokens a call as there are, up to size
     int64_t part = std::min(size, count - start);
-    std::vector<float> padded(size * dim, 0.0f);
-    std::copy(embeddings.begin() + start * dim, embeddings.begin() + (start + part) * dim, padded.begin());
-    std::vector<int64_t> places(size, s.pad);
-    for (int64_t i = 0; i < part; ++i) places[i] = first + start + i;
-    auto input = floats(std::move(padded), {1, static_cast<int>(size), static_cast<int>(dim)});
-    auto positions = longs(std::move(places), {static_cast<int>(size)});
+    std::vector<float> values(embeddings.begin() + start * dim, embeddings.begin() + (start + part) * dim);
+    std::vector<int64_t> places(part);
+    std::iota(places.begin(), places.end(), first + start);
+    auto input = floats(std::move(values), {1, static_cast<int>(part), static_cast<int>(dim)});
+    auto positions = longs(std::move(places), {static_cast<int>(part)});
     int64_t block = s.block_for(s.prompt_blocks, first + start + part - 1);
     program_.run(Thread::kLanguageModel, method::kPrompt + std::to_string(block), {*input, *positions});
   }

@@ -143,6 +143,26 @@ def test_a_voice_longer_than_a_prompt_call_is_prompted_in_parts(files, tmp_path)
     assert_same_audio(audio, pocket_tts_audio(files, "Hello there.", voice=wav))
 
 
+def test_a_prompt_call_takes_one_token_to_a_full_call_as_eager_does(files):
+    """The prompt methods' token count is dynamic: a call of 1, then one of PROMPT_TOKENS after it,
+    give the hidden states of the eager steps on the same weights."""
+    from phaseconv.models.pocket_tts.language_model import Prompt, with_cache
+    from phaseconv.tts.contract import PROMPT_TOKENS
+
+    program = SpeechProgram(files[0])
+    flow_lm = with_cache(random_model(CONFIG, files[1]).tts.flow_lm, CAPACITY)
+    embeddings = torch.randn(1, 1 + PROMPT_TOKENS, flow_lm.dim, generator=torch.Generator().manual_seed(0))
+    program.clear_cache()
+    for first, count in [(0, 1), (1, PROMPT_TOKENS)]:
+        part, places = embeddings[:, first : first + count], torch.arange(first, first + count)
+        last = first + count - 1
+        (actual,) = program.prompt(part, places, last)
+        with torch.no_grad():
+            expected = Prompt(flow_lm, program.settings.prompt_block(last))(part, places)
+        assert actual.shape == expected.shape
+        torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)  # the runtime's float rounding
+
+
 def test_without_a_voice(files):
     audio, report = speak(files, voice=None)
     assert report.frames > 0 and audio.numel() == report.frames * 1920 and torch.isfinite(audio).all()

@@ -325,6 +325,7 @@ def tts_programs(
         len(flow_lm.transformer.layers), 2, VOICE_POSITIONS, attention.num_kv_heads, attention.dim_per_head
     )
     tokens = Dim("tokens", min=1, max=MAX_TEXT_TOKENS)
+    prompt_tokens = Dim("prompt_tokens", min=1, max=PROMPT_TOKENS)
     one, latent, noise = torch.zeros(1), torch.zeros(1, 1, ldim), torch.zeros(1, ldim)
     positions = torch.full((VOICE_POSITIONS,), PAD)
     methods = {
@@ -336,7 +337,7 @@ def tts_programs(
             prompt_method(block): (
                 Prompt(flow_lm, block),
                 (torch.zeros(1, PROMPT_TOKENS, dim), torch.arange(PROMPT_TOKENS)),
-                None,
+                ({1: prompt_tokens}, {0: prompt_tokens}),
             )
             for block in prompts
         },

@@ -11,15 +11,16 @@ A runner speaks an utterance in pocket-tts's order of calls:
       or audio                                  -> reset_encoder(); encode_voice(frame) per 1920 samples;
                                                    prompt_b([voice_start(), encoded frames], positions)
     per chunk of text, T tokens:
-      embed_text(tokens) -> prompt_b(embeddings, positions V .. V + T - 1), PROMPT_TOKENS a call (the
-      first b in `prompt_blocks` with last position // cache_block <= b)
+      embed_text(tokens) -> prompt_b(embeddings, positions V .. V + T - 1), at most PROMPT_TOKENS a
+      call (the first b in `prompt_blocks` with last position // cache_block <= b)
       reset_decoder()
       per frame at position p = V + T + step: generate_b (the first b in `generate_blocks` with
       p // cache_block <= b) -> latent, eos logit; decode(latent) -> 80 ms of PCM, or N latents at
       once, decode_N (N in `decode_frames`), when both runners' rule says
       (phaseconv.tts.decoding.decode_size, and decode_size in the C++ runner's decoder.h)
 
-A call of a fixed size takes fewer tokens or positions padded with PAD (their inputs anything).
+A call of a fixed size (load_voice, read_voice) takes fewer positions padded with PAD (their inputs
+anything); prompt_b takes as many tokens as there are (its size is dynamic: padding would cost time).
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-VERSION = 3
+VERSION = 4
 KIND = "pocket-tts-tts"
-# Tokens per call of prompt, positions per call of load_voice and read_voice.
+# Tokens per call of prompt at most, positions per call of load_voice and read_voice.
 PROMPT_TOKENS = 32
 VOICE_POSITIONS = 64
 # A position no cache block holds: a padded token's keys and values go to spill slots no query reads.
@@ -54,7 +55,7 @@ METHODS = (
     Method("encode_voice", "audio [1, 1, frame_size]", "[1, 1, dim]", "one frame of an audio voice, encoded"),
     Method(
         "prompt_B",
-        f"embeddings [1, {PROMPT_TOKENS}, dim], positions int64 [{PROMPT_TOKENS}]",
+        f"embeddings [1, T, dim], positions int64 [T], 1 <= T <= {PROMPT_TOKENS}",
         "[1, dim]",
         "conditioning into the cache at positions in blocks 0 .. B (B in settings.prompt_blocks)",
     ),

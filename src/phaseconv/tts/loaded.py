@@ -74,8 +74,8 @@ class SpeechProgram:
         return self.program.run((), voice_method(name))[0]
 
     def prompt(self, embeddings: torch.Tensor, positions: torch.Tensor, last: int) -> list:
-        """Conditioning at `positions` (padded), by the prompt method whose blocks hold `last`, the last
-        real one."""
+        """Conditioning at `positions` (at most settings.prompt_tokens), by the prompt method whose
+        blocks hold `last`, the last of them."""
         return self.program.run((embeddings, positions), prompt_method(self.settings.prompt_block(last)))
 
     def generate(self, latent: torch.Tensor, start: torch.Tensor, noise: torch.Tensor, position: int) -> list:

@@ -139,7 +139,7 @@ class Speaker:
         for start in range(0, count, size):
             part = embeddings[:, start : start + size]
             last = first + start + part.shape[1] - 1
-            self.program.prompt(padded(part, size, 1), positions(first + start, part.shape[1], size), last)
+            self.program.prompt(part, torch.arange(first + start, last + 1), last)
         self.noise()
 
     def load_state(self, state: torch.Tensor) -> None:

@@ -45,14 +45,21 @@ MASKED = -1e30
 CACHE_BLOCK = 64
 
 
-def attention_masks(first: torch.Tensor, steps: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_masks(
+    first: torch.Tensor, steps: int, slots: torch.Tensor, group: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Additive masks of `steps` tokens at positions first, first + 1, ... over cache slots that hold
-    the positions `slots` [S] (float) [1, S] and over their own keys [steps, steps]:
+    the positions `slots` [S] (float) [1, S] and over their own keys [group * steps, steps] (the rows
+    of `group` query heads stacked, as attention stacks them):
 
-        cached slot j: attended iff slots[j] < first          own key i by query r: attended iff i <= r
+        cached slot j: attended iff slots[j] < first          own key i by query row r: attended iff i <= r % steps
+
+    The own mask is made in integers: at a run-time count of steps nothing of it enters XNNPACK
+    before the layers do (a partition of its own, and the stacking between, would split them).
     """
-    own = torch.arange(steps, dtype=torch.float32)
-    return (slots - first + 1).clamp(0, 1)[None] * MASKED, (own[None] - own[:, None]).clamp(0, 1) * MASKED
+    rows = torch.arange(group * steps) % steps
+    own = (torch.arange(steps)[None] - rows[:, None]).clamp(0, 1).to(torch.float32) * MASKED
+    return (slots - first + 1).clamp(0, 1)[None] * MASKED, own
 
 
 def block_sizes(capacity: int, block: int) -> list[int]:
@@ -71,6 +78,17 @@ SPILL = float(2**24)
 PAD = 2**24
 
 
+def split_linear(linear: nn.Linear, widths: list[int]) -> nn.ModuleList:
+    """`linear` (no bias) as one linear per consecutive block of `widths` outputs, over its weight's rows."""
+    parts, start = nn.ModuleList(), 0
+    for width in widths:
+        part = nn.Linear(linear.in_features, width, bias=False)
+        part.weight = nn.Parameter(linear.weight[start : start + width].detach(), requires_grad=False)
+        parts.append(part)
+        start += width
+    return parts
+
+
 class CachedAttention(nn.Module):
     """pocket-tts's StreamingMultiheadAttention over a KV cache of `capacity` positions, kept in blocks
     of `block` positions.
@@ -80,12 +98,16 @@ class CachedAttention(nn.Module):
     writes the tokens that fall in other blocks (index_copy_ writes every token somewhere). A call
     reads the first `call["blocks"]` blocks, a product per block: blocks past its position hold
     nothing it attends to. Grouped-query attention reads each key/value head once: the g query heads
-    that share it are stacked as rows of one product.
+    that share it are stacked as rows of one product. The fused query/key/value projection runs as
+    three linears, so that no slice of a run-time token count splits the queries from the keys.
     """
 
     def __init__(self, attention: nn.Module, capacity: int, block: int):
         super().__init__()
         self.attention = attention
+        kv_width = attention.num_kv_heads * attention.dim_per_head
+        self.projections = split_linear(attention.in_proj, [attention.attn_dim, kv_width, kv_width])
+        attention.in_proj = None  # read as the three above
         self.sizes = block_sizes(capacity, block)
         heads, width = attention.num_kv_heads, attention.dim_per_head
         for number, size in enumerate(self.sizes):
@@ -98,24 +120,26 @@ class CachedAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, call: dict, attn_mask=None) -> torch.Tensor:
         a = self.attention
-        projected = a.in_proj(query)
-        _, t, _ = projected.shape
+        t = query.shape[1]
         d, kv_heads = a.dim_per_head, a.num_kv_heads
         group = a.num_heads // kv_heads
-        q = projected[..., : a.attn_dim].view(1, t, a.num_heads, d)
-        k, v = torch.unbind(projected[..., a.attn_dim :].view(1, t, 2, kv_heads, d), dim=2)
+        heads = (a.num_heads, kv_heads, kv_heads)
+        q, k, v = (project(query).view(1, t, h, d) for project, h in zip(self.projections, heads))
         q, k = a.rope(q, k, offset=call["first"])
-        q = q[0].view(t, kv_heads, group, d).permute(1, 2, 0, 3).reshape(kv_heads, group * t, d) * d**-0.5
-        new_keys = k[0].permute(1, 2, 0)  # [H_kv, D, T]
-        new_values = v[0].permute(1, 0, 2)  # [H_kv, T, D]
+        q = q.reshape(t, kv_heads, group, d).permute(1, 2, 0, 3).reshape(kv_heads, group * t, d) * d**-0.5
+        new_keys = k.reshape(t, kv_heads, d).permute(1, 2, 0)  # [H_kv, D, T]
+        new_values = v.reshape(t, kv_heads, d).permute(1, 0, 2)  # [H_kv, T, D]
         keys, values = self.blocks("keys", call["blocks"]), self.blocks("values", call["blocks"])
         cached_mask, own_mask = call["masks"]
-        own_mask = torch.cat([own_mask] * group) if group > 1 else own_mask  # each query head's rows
         cached = [torch.bmm(q, block) for block in keys]
         cached = (torch.cat(cached, dim=-1) if len(cached) > 1 else cached[0]) + cached_mask
         scores = torch.cat([cached, torch.bmm(q, new_keys) + own_mask], dim=-1)
-        weights = torch.softmax(scores, dim=-1).split([block.shape[-1] for block in keys] + [t], dim=-1)
-        x = functools.reduce(torch.add, [torch.bmm(w, block) for w, block in zip(weights, [*values, new_values])])
+        weights = torch.softmax(scores, dim=-1)
+        if isinstance(t, torch.SymInt):  # XNNPACK slices no tensor of a run-time size: one product
+            x = torch.bmm(weights, torch.cat([*values, new_values], dim=1))
+        else:
+            weights = weights.split([block.shape[-1] for block in keys] + [t], dim=-1)
+            x = functools.reduce(torch.add, [torch.bmm(w, block) for w, block in zip(weights, [*values, new_values])])
         self.write(new_keys, new_values, call["writes"])
         x = x.view(kv_heads, group, t, d).permute(2, 0, 1, 3).reshape(1, t, a.num_heads * d)
         return a.out_proj(x)
@@ -211,15 +235,17 @@ def block_writes(positions: torch.Tensor, sizes: list[int], blocks: int, first_b
     return writes
 
 
-def _call(positions: torch.Tensor, steps: int, sizes: list[int], blocks: int, first_block: int = 0) -> dict:
-    """What every layer reads for a call: the first position (RoPE's offset), the first `blocks`
-    cache blocks and the mask over them, and where in blocks `first_block` .. `blocks` - 1 the call's
-    keys and values go."""
+def _call(positions: torch.Tensor, steps: int, layer: CachedAttention, blocks: int, first_block: int = 0) -> dict:
+    """What every layer (as `layer`) reads for a call: the first position (RoPE's offset), the first
+    `blocks` cache blocks and the mask over them, and where in blocks `first_block` .. `blocks` - 1
+    the call's keys and values go."""
+    sizes, group = layer.sizes, layer.attention.num_heads // layer.attention.num_kv_heads
     first = positions[:1].to(torch.float32)
     read = zip(block_starts(sizes)[:blocks], sizes[:blocks])
     slots = torch.tensor([p for start, size in read for p in [*range(start, start + size), SPILL]], dtype=torch.float32)
     writes = block_writes(positions, sizes, blocks, first_block)
-    return {"first": first, "blocks": blocks, "masks": attention_masks(first, steps, slots), "writes": writes}
+    masks = attention_masks(first, steps, slots, group)
+    return {"first": first, "blocks": blocks, "masks": masks, "writes": writes}
 
 
 def cache_blocks(flow_lm: nn.Module) -> list[int]:
@@ -234,7 +260,8 @@ def capacity_of(flow_lm: nn.Module) -> int:
 class Prompt(nn.Module):
     """Conditioning tokens (text embeddings or a voice's projected latents) through the transformer:
     their keys and values written at `positions`, which lie in cache blocks 0 .. `block` (default:
-    the last); returns the last token's normalized hidden state."""
+    the last); returns the last token's normalized hidden state (every token normalized, then the
+    last taken: XNNPACK takes no row of a run-time count, so that is the program's last operator)."""
 
     def __init__(self, flow_lm: nn.Module, block: int | None = None):
         super().__init__()
@@ -242,8 +269,8 @@ class Prompt(nn.Module):
         self.blocks = len(cache_blocks(flow_lm)) if block is None else block + 1
 
     def forward(self, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        call = _call(positions, embeddings.shape[1], self.transformer.layers[0].self_attn.sizes, self.blocks)
-        return self.out_norm(self.transformer(embeddings, call)[:, -1])
+        call = _call(positions, embeddings.shape[1], self.transformer.layers[0].self_attn, self.blocks)
+        return self.out_norm(self.transformer(embeddings, call))[:, -1]
 
 
 class Generate(nn.Module):
@@ -277,7 +304,7 @@ class Generate(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # pocket-tts marks the first frame with NaN and swaps in bos_emb; here a flag does (0 or 1)
         sequence = latent * (1 - start) + self.bos_emb * start
-        call = _call(positions, 1, self.transformer.layers[0].self_attn.sizes, self.block + 1, self.first_block)
+        call = _call(positions, 1, self.transformer.layers[0].self_attn, self.block + 1, self.first_block)
         hidden = self.out_norm(self.transformer(self.input_linear(sequence), call))
         if self.z_proj is not None:
             hidden = self.z_proj(hidden)
