@@ -21,6 +21,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult
 from torch.fx import GraphModule
 
+from phaseconv.graph.program import inferred_shape
 from phaseconv.lowering.layout import ChannelsLastChainsPass, CollapseShapeChainsPass
 
 
@@ -74,11 +75,9 @@ def inferred_view_sizes(graph_module: GraphModule) -> PassResult:
     symbolic size, and one of -1. Run before partitioning (to_edge_transform_and_lower's passes)."""
     changed = False
     for node in graph_module.graph.find_nodes(op="call_function", target=exir_ops.edge.aten.view_copy.default):
-        shape = list(node.args[1])
-        symbolic = [i for i, size in enumerate(shape) if not isinstance(size, int)]
-        if len(symbolic) == 1 and -1 not in shape:
-            shape[symbolic[0]] = -1
-            node.args = (node.args[0], shape)
+        shape = node.args[1]
+        if sum(not isinstance(size, int) for size in shape) == 1 and -1 not in shape:
+            node.args = (node.args[0], inferred_shape(shape))
             changed = True
     if changed:
         graph_module.graph.eliminate_dead_code()
