@@ -79,7 +79,7 @@ RUNNER = Path(__file__).resolve().parent.parent / "runner" / "build" / "phasecon
 CPP = "C++ runner: "
 API = "phaseconv Python API (generate_audio_stream)"
 SHERPA = "sherpa-onnx 2.0.1 "
-FIRST = ("prompt", "lm", "decode")
+FIRST = ("prompt", "decode")
 
 
 def cpp_speech(path: str, text: str, wav: Path, threads: int) -> tuple[dict, float]:
@@ -274,7 +274,7 @@ def worker(config: str, threads: int, runs: int, folder: Path, out: Path) -> Non
                         "lm_median_ms": statistics.median(report.lm_ms) if report else None,
                         "decode_median_ms": statistics.median(report.decode_ms) if report else None,
                         "prompt_median_ms": statistics.median(report.prompt_ms) if report else None,
-                        # first audio's path: the first chunk's text prompt, then one call of each model
+                        # first audio's path: the first chunk's prompt (its last call runs the first frame), a decode
                         **({f"first_{part}_ms": getattr(report, f"{part}_ms")[0] for part in FIRST} if report else {}),
                     }
                     | tokens

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 namespace phaseconv::contract {
-constexpr int kVersion = 4;
+constexpr int kVersion = 5;
 constexpr const char* kKind = "pocket-tts-tts";
 constexpr int64_t kPromptTokens = 32;
 constexpr int64_t kVoicePositions = 64;
@@ -17,6 +17,7 @@ constexpr const char* kVoiceStart = "voice_start";  // the conditioning before a
 constexpr const char* kResetEncoder = "reset_encoder";  // the voice encoder's state to its start
 constexpr const char* kEncodeVoice = "encode_voice";  // one frame of an audio voice, encoded
 constexpr const char* kPrompt = "prompt_";  // conditioning into the cache at positions in blocks 0 .. B (B in settings.prompt_blocks)
+constexpr const char* kFirstFrame = "first_frame_";  // a chunk's last text tokens, as prompt_B, then its first frame (generate_B's, from the start) at the last position, in one call
 constexpr const char* kLoadVoice = "load_voice";  // a voice state (keys, then values, per layer) into the cache
 constexpr const char* kReadVoice = "read_voice";  // the cache at the positions, as load_voice takes it
 constexpr const char* kClearCache = "clear_cache";  // every slot of the cache to zero

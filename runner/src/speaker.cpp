@@ -130,14 +130,42 @@ std::vector<float> Speaker::noise() {
 }
 
 void Speaker::prompt(const std::vector<float>& embeddings, int64_t count, int64_t first) {
+  check_room(embeddings, count, first);
+  condition(embeddings, count, first);
+  noise();  // a prompt call draws noise in pocket-tts
+}
+
+Speaker::Frame Speaker::prompt_text(const std::vector<float>& embeddings, int64_t count, int64_t first) {
   const Settings& s = program_.settings();
-  const int64_t size = s.prompt_tokens, dim = s.dim;
+  check_room(embeddings, count, first);
+  const int64_t head = (count - 1) / s.prompt_tokens * s.prompt_tokens;  // the tokens of the calls before the last
+  condition(embeddings, head, first);
+  noise();
+  const int64_t part = count - head;
+  std::vector<float> values(embeddings.begin() + head * s.dim, embeddings.begin() + count * s.dim);
+  std::vector<int64_t> places(part + 1);  // its tokens' positions, then the frame's
+  std::iota(places.begin(), places.end(), first + head);
+  auto input = floats(std::move(values), {1, static_cast<int>(part), static_cast<int>(s.dim)});
+  auto positions = longs(std::move(places), {static_cast<int>(part + 1)});
+  auto drawn = floats(noise(), {1, static_cast<int>(s.latent_dim)});
+  auto name = method::kFirstFrame + std::to_string(s.block_for(s.prompt_blocks, first + count));
+  auto outputs = program_.run(Thread::kLanguageModel, name, {*input, *positions, *drawn});
+  return {floats_of(outputs, 0, name, s.latent_dim), floats_of(outputs, 1, name, 1)[0]};
+}
+
+void Speaker::check_room(const std::vector<float>& embeddings, int64_t count, int64_t first) const {
+  const Settings& s = program_.settings();
   if (first + count > s.capacity) {
     throw UserError("the voice and text need positions up to " + std::to_string(first + count) +
                     "; the program holds " + std::to_string(s.capacity) +
                     " (lower it with a larger --capacity, or use a shorter voice)");
   }
-  if (static_cast<int64_t>(embeddings.size()) < count * dim) throw std::runtime_error("conditioning cut short");
+  if (static_cast<int64_t>(embeddings.size()) < count * s.dim) throw std::runtime_error("conditioning cut short");
+}
+
+void Speaker::condition(const std::vector<float>& embeddings, int64_t count, int64_t first) {
+  const Settings& s = program_.settings();
+  const int64_t size = s.prompt_tokens, dim = s.dim;
   for (int64_t start = 0; start < count; start += size) {  // as many tokens a call as there are, up to size
     int64_t part = std::min(size, count - start);
     std::vector<float> values(embeddings.begin() + start * dim, embeddings.begin() + (start + part) * dim);
@@ -148,7 +176,6 @@ void Speaker::prompt(const std::vector<float>& embeddings, int64_t count, int64_
     int64_t block = s.block_for(s.prompt_blocks, first + start + part - 1);
     program_.run(Thread::kLanguageModel, method::kPrompt + std::to_string(block), {*input, *positions});
   }
-  noise();  // a prompt call draws noise in pocket-tts
 }
 
 void Speaker::load_state(const VoiceState& state) {
@@ -338,33 +365,32 @@ void Speaker::speak(const std::string& text, const Sampling& sampling, const Fra
       std::vector<int64_t> tokens = tokenizer_->encode(chunk.text);
       const int64_t count = static_cast<int64_t>(tokens.size());
       report.prompt_tokens += count;
+      decoder_.reset();
       double begin = now_ms();
       auto ids = longs(tokens, {1, static_cast<int>(count)});
       auto embedded = floats_of(program_.run(Thread::kLanguageModel, method::kEmbedText, {*ids}), 0,
                                 method::kEmbedText, count * s.dim);
-      prompt(embedded, count, voice_positions_);
+      auto [latent, eos_logit] = prompt_text(embedded, count, voice_positions_);  // and the first frame
       report.prompt_ms.push_back(now_ms() - begin);
-      decoder_.reset();
-      std::vector<float> latent(s.latent_dim, 0.0f);
-      float start_flag = 1.0f;
       std::optional<int64_t> eos_frame;
       int64_t first = voice_positions_ + count;
       for (int64_t step = 0; step < s.max_generated_frames(count) && !decoder_.ended() && !stopping_; ++step) {
-        int64_t position = first + step;
-        begin = now_ms();
-        auto input = floats(latent, {1, 1, static_cast<int>(s.latent_dim)});
-        auto flag = floats({start_flag}, {1});
-        auto drawn = floats(noise(), {1, static_cast<int>(s.latent_dim)});
-        auto where = longs({position}, {1});
-        auto name = method::kGenerate + std::to_string(s.block_for(s.generate_blocks, position));
-        auto outputs = program_.run(Thread::kLanguageModel, name, {*input, *flag, *drawn, *where});
-        latent = floats_of(outputs, 0, name, s.latent_dim);
-        float eos_logit = floats_of(outputs, 1, name, 1)[0];
-        report.lm_ms.push_back(now_ms() - begin);
+        if (step > 0) {
+          int64_t position = first + step;
+          begin = now_ms();
+          auto input = floats(latent, {1, 1, static_cast<int>(s.latent_dim)});
+          auto flag = floats({0.0f}, {1});
+          auto drawn = floats(noise(), {1, static_cast<int>(s.latent_dim)});
+          auto where = longs({position}, {1});
+          auto name = method::kGenerate + std::to_string(s.block_for(s.generate_blocks, position));
+          auto outputs = program_.run(Thread::kLanguageModel, name, {*input, *flag, *drawn, *where});
+          latent = floats_of(outputs, 0, name, s.latent_dim);
+          eos_logit = floats_of(outputs, 1, name, 1)[0];
+          report.lm_ms.push_back(now_ms() - begin);
+        }
         if (eos_logit > sampling.eos_threshold && !eos_frame && step >= s.min_frames_before_eos) eos_frame = step;
         if (eos_frame && step >= *eos_frame + chunk.frames_after_eos) break;
         decoder_.decode(latent);
-        start_flag = 0.0f;
       }
       report.eos_frames.push_back(eos_frame);
       report.chunks += 1;

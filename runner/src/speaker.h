@@ -1,6 +1,7 @@
 // Generation: pocket-tts's order of calls over the program's methods (contract.h, from
-// src/phaseconv/tts/contract.py). The voice into the cache, then per chunk of text its prompt and its
-// frames, the language model on the calling thread and the decoder on its own (decoder.h).
+// src/phaseconv/tts/contract.py). The voice into the cache, then per chunk of text its prompt (its last
+// call with the first frame) and its frames, the language model on the calling thread and the decoder on
+// its own (decoder.h).
 #pragma once
 
 #include <atomic>
@@ -72,7 +73,16 @@ class Speaker {
   std::vector<std::string> fitting(const std::string& piece) const;
   bool fits(int64_t tokens) const;
   int64_t count_tokens(const std::string& text) const;
+  struct Frame {
+    std::vector<float> latent;
+    float eos_logit;
+  };
+  // `count` tokens of conditioning into the cache at first, first + 1, ...
   void prompt(const std::vector<float>& embeddings, int64_t count, int64_t first);
+  // A chunk's text as prompt() puts it, and its first frame at first + count: the last call's.
+  Frame prompt_text(const std::vector<float>& embeddings, int64_t count, int64_t first);
+  void check_room(const std::vector<float>& embeddings, int64_t count, int64_t first) const;
+  void condition(const std::vector<float>& embeddings, int64_t count, int64_t first);
   void load_state(const VoiceState& state);
   std::vector<float> encode_voice(const std::vector<float>& audio);
   std::vector<float> noise();

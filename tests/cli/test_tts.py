@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from benchmarks.workers import resident_kib
-from phaseconv.tts.contract import METHODS, decode_method, generate_method, prompt_method
+from phaseconv.tts.contract import METHODS, decode_method, first_frame_method, generate_method, prompt_method
 from phaseconv.tts.stand_ins import environment, offline_cache, stand_in_cache, stand_in_tokenizer, stand_in_voice
 from tests.cli.test_cli import FACTORY, PHASECONV, ROOT, phaseconv, phaseconv_here
 from tests.shared import SPOKEN
@@ -69,12 +69,13 @@ def test_lower_takes_the_configs_weights_tokenizer_and_voices(program, cache):
     constants = {"settings", "tokenizer"}  # and voice_alba: methods that return a constant, summarized apart
     fixed = {m.name for m in METHODS if not m.name.endswith(("_B", "_N", "_NAME"))} - constants
     sized = {generate_method(b) for b in settings["generate_blocks"]}
-    sized |= {prompt_method(b) for b in settings["prompt_blocks"]}
+    sized |= {method(b) for b in settings["prompt_blocks"] for method in (prompt_method, first_frame_method)}
     sized |= {decode_method(frames) for frames in settings["decode_frames"]}
     methods = summary["methods"]
     assert set(methods) == fixed | sized
     assert all(methods[generate_method(b)]["partitions"] == 1 for b in settings["generate_blocks"])
-    assert all(methods[prompt_method(b)]["partitions"] == 1 for b in settings["prompt_blocks"])
+    prompts = [method(b) for b in settings["prompt_blocks"] for method in (prompt_method, first_frame_method)]
+    assert all(methods[name]["partitions"] == 1 for name in prompts)
     assert methods["decode"]["partitions"] == 1 and set(methods["decode"]["outside"]) == {"aten::copy_"}
     # where the time and memory went: each method's stages (in its worker), the program's
     stages = {(s["method"], s["stage"]) for s in summary["stages"]}

@@ -8,6 +8,7 @@ from phaseconv.models.pocket_tts.language_model import (
     MASKED,
     PAD,
     SPILL,
+    FirstFrame,
     Generate,
     LoadVoice,
     Prompt,
@@ -58,9 +59,12 @@ def pocket_tts_frames(tts, conditioning, tokens, frames):
     return results
 
 
+@pytest.mark.parametrize("first_frame", [False, True], ids=["text-then-frames", "first-frame-with-the-text"])
 @pytest.mark.parametrize("config", CONFIGS)
 @torch.no_grad()
-def test_steps_give_pocket_tts_latents(config):
+def test_steps_give_pocket_tts_latents(config, first_frame):
+    """Prompt, then Generate per frame; or FirstFrame (the text and the first frame in one call), then
+    Generate from the second frame on."""
     tts = build_tts(config)
     tts.temp = 0.0
     audio = torch.randn(1, 1, 3 * 1920, generator=torch.Generator().manual_seed(0)) * 0.1
@@ -74,12 +78,17 @@ def test_steps_give_pocket_tts_latents(config):
     voice, text = conditioning.shape[1], tokens.shape[1]
     prompt(conditioning[:, :3], torch.arange(3))  # the voice in two calls, as the runner splits a long one
     prompt(conditioning[:, 3:], torch.arange(3, voice))
-    prompt(EmbedText(tts)(tokens), torch.arange(voice, voice + text))
-    latent, start = torch.zeros(1, 1, flow_lm.ldim), torch.ones(1)
+    latent, start, noise = torch.zeros(1, 1, flow_lm.ldim), torch.ones(1), torch.zeros(1, flow_lm.ldim)
+    if first_frame:
+        frame = FirstFrame(flow_lm, block=4)(EmbedText(tts)(tokens), torch.arange(voice, voice + text + 1), noise)
+    else:
+        prompt(EmbedText(tts)(tokens), torch.arange(voice, voice + text))
     for step, (wanted, eos) in enumerate(expected):
         position = voice + text + step
-        noise = torch.zeros(1, flow_lm.ldim)
-        latent, eos_logit = generate[position // 8](latent, start, noise, torch.tensor([position]))
+        if first_frame and step == 0:
+            latent, eos_logit = frame
+        else:
+            latent, eos_logit = generate[position // 8](latent, start, noise, torch.tensor([position]))
         start = torch.zeros(1)
         torch.testing.assert_close(latent, wanted, rtol=1e-4, atol=1e-5)
         assert bool(eos_logit > tts.eos_threshold) == bool(eos)

@@ -163,6 +163,27 @@ def test_a_prompt_call_takes_one_token_to_a_full_call_as_eager_does(files):
         torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)  # the runtime's float rounding
 
 
+def test_the_first_frame_method_takes_one_token_to_a_full_call_as_eager_does(files):
+    """first_frame_B: a chunk's last tokens (1 to PROMPT_TOKENS, a dynamic size) and its first frame in one
+    call give the frame's latent and EOS logit of the eager FirstFrame on the same weights."""
+    from phaseconv.models.pocket_tts.language_model import FirstFrame, with_cache
+    from phaseconv.tts.contract import PROMPT_TOKENS
+
+    program = SpeechProgram(files[0])
+    flow_lm = with_cache(random_model(CONFIG, files[1]).tts.flow_lm, CAPACITY)
+    embeddings = torch.randn(1, PROMPT_TOKENS, flow_lm.dim, generator=torch.Generator().manual_seed(0))
+    noise = torch.zeros(1, flow_lm.ldim)
+    for count in (1, PROMPT_TOKENS):
+        program.clear_cache()
+        part, places = embeddings[:, :count], torch.arange(count + 1)
+        actual = program.first_frame(part, places, noise)
+        with torch.no_grad():
+            expected = FirstFrame(flow_lm, program.settings.prompt_block(count))(part, places, noise)
+        for got, wanted in zip(actual, expected):
+            assert got.shape == wanted.shape
+            torch.testing.assert_close(got, wanted, rtol=1e-3, atol=1e-3)  # the runtime's float rounding
+
+
 def test_without_a_voice(files):
     audio, report = speak(files, voice=None)
     assert report.frames > 0 and audio.numel() == report.frames * 1920 and torch.isfinite(audio).all()

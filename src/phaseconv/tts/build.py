@@ -24,6 +24,7 @@ from phaseconv.models.pocket_tts.language_model import (
     CACHE_BLOCK,
     PAD,
     ClearCache,
+    FirstFrame,
     Generate,
     LoadVoice,
     Prompt,
@@ -40,6 +41,7 @@ from phaseconv.tts.contract import (
     VOICE_POSITIONS,
     Settings,
     decode_method,
+    first_frame_method,
     generate_method,
     prompt_method,
     voice_method,
@@ -248,7 +250,7 @@ def _fresh_mask_cache():
 RESETS = {
     "reset_encoder": ["encode_voice"],
     "reset_decoder": ["decode"],  # and decode_2, ...
-    "clear_cache": ["prompt", "generate", "load_voice"],  # prompt_B, generate_B: one per ladder step
+    "clear_cache": ["prompt", "first_frame", "generate", "load_voice"],  # prompt_B, ...: one per ladder step
 }
 
 
@@ -338,6 +340,14 @@ def tts_programs(
                 Prompt(flow_lm, block),
                 (torch.zeros(1, PROMPT_TOKENS, dim), torch.arange(PROMPT_TOKENS)),
                 ({1: prompt_tokens}, {0: prompt_tokens}),
+            )
+            for block in prompts
+        },
+        **{
+            first_frame_method(block): (
+                FirstFrame(flow_lm, block),
+                (torch.zeros(1, PROMPT_TOKENS, dim), torch.arange(PROMPT_TOKENS + 1), noise),
+                ({1: prompt_tokens}, {0: prompt_tokens + 1}, None),
             )
             for block in prompts
         },

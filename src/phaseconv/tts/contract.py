@@ -11,12 +11,13 @@ A runner speaks an utterance in pocket-tts's order of calls:
       or audio                                  -> reset_encoder(); encode_voice(frame) per 1920 samples;
                                                    prompt_b([voice_start(), encoded frames], positions)
     per chunk of text, T tokens:
-      embed_text(tokens) -> prompt_b(embeddings, positions V .. V + T - 1), at most PROMPT_TOKENS a
-      call (the first b in `prompt_blocks` with last position // cache_block <= b)
       reset_decoder()
-      per frame at position p = V + T + step: generate_b (the first b in `generate_blocks` with
-      p // cache_block <= b) -> latent, eos logit; decode(latent) -> 80 ms of PCM, or N latents at
-      once, decode_N (N in `decode_frames`), when both runners' rule says
+      embed_text(tokens) -> prompt_b(embeddings, positions V .. ), PROMPT_TOKENS a call, but the last
+      call: first_frame_b(its embeddings, its positions .. V + T - 1 and V + T, noise) -> the first
+      frame's latent, eos logit (b: the first in `prompt_blocks` with last position // cache_block <= b)
+      per frame after it at position p = V + T + step: generate_b (the first b in `generate_blocks`
+      with p // cache_block <= b) -> latent, eos logit; decode(latent) -> 80 ms of PCM, or N latents
+      at once, decode_N (N in `decode_frames`), when both runners' rule says
       (phaseconv.tts.decoding.decode_size, and decode_size in the C++ runner's decoder.h)
 
 A call of a fixed size (load_voice, read_voice) takes fewer positions padded with PAD (their inputs
@@ -29,7 +30,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-VERSION = 4
+VERSION = 5
 KIND = "pocket-tts-tts"
 # Tokens per call of prompt at most, positions per call of load_voice and read_voice.
 PROMPT_TOKENS = 32
@@ -58,6 +59,13 @@ METHODS = (
         f"embeddings [1, T, dim], positions int64 [T], 1 <= T <= {PROMPT_TOKENS}",
         "[1, dim]",
         "conditioning into the cache at positions in blocks 0 .. B (B in settings.prompt_blocks)",
+    ),
+    Method(
+        "first_frame_B",
+        f"embeddings [1, T, dim], positions int64 [T + 1], noise [1, latent_dim], 1 <= T <= {PROMPT_TOKENS}",
+        "latent [1, 1, latent_dim], eos_logit [1, 1]",
+        "a chunk's last text tokens, as prompt_B, then its first frame (generate_B's, from the start) "
+        "at the last position, in one call",
     ),
     Method(
         "load_voice",
@@ -97,6 +105,10 @@ def generate_method(block: int) -> str:
 
 def prompt_method(block: int) -> str:
     return f"prompt_{block}"
+
+
+def first_frame_method(block: int) -> str:
+    return f"first_frame_{block}"
 
 
 def voice_method(name: str) -> str:

@@ -11,7 +11,15 @@ from pathlib import Path
 import torch
 
 from phaseconv.errors import PhaseconvError
-from phaseconv.tts.contract import METHODS, Settings, decode_method, generate_method, prompt_method, voice_method
+from phaseconv.tts.contract import (
+    METHODS,
+    Settings,
+    decode_method,
+    first_frame_method,
+    generate_method,
+    prompt_method,
+    voice_method,
+)
 
 # Methods every program has (prompt_B, generate_B, decode_N and voice_NAME: those its settings name).
 REQUIRED = [m.name for m in METHODS if not m.name.endswith(("_B", "_NAME", "_N")) and m.name != "tokenizer"]
@@ -39,7 +47,7 @@ class SpeechProgram:
         except (ValueError, TypeError) as error:
             raise PhaseconvError(str(error)) from None
         wanted = REQUIRED + [generate_method(b) for b in self.settings.generate_blocks]
-        wanted += [prompt_method(b) for b in self.settings.prompt_blocks]
+        wanted += [method(b) for b in self.settings.prompt_blocks for method in (prompt_method, first_frame_method)]
         wanted += [decode_method(frames) for frames in self.settings.decode_frames]
         missing = [name for name in wanted if name not in self.program.all_methods]
         if missing:
@@ -77,6 +85,12 @@ class SpeechProgram:
         """Conditioning at `positions` (at most settings.prompt_tokens), by the prompt method whose
         blocks hold `last`, the last of them."""
         return self.program.run((embeddings, positions), prompt_method(self.settings.prompt_block(last)))
+
+    def first_frame(self, embeddings: torch.Tensor, positions: torch.Tensor, noise: torch.Tensor) -> list:
+        """A chunk's last text tokens at `positions` but the last (at most settings.prompt_tokens), then
+        its first frame at the last, by the prompt ladder's method whose blocks hold the frame."""
+        method = first_frame_method(self.settings.prompt_block(int(positions[-1])))
+        return self.program.run((embeddings, positions, noise), method)
 
     def generate(self, latent: torch.Tensor, start: torch.Tensor, noise: torch.Tensor, position: int) -> list:
         """One frame at `position`, by the frame method whose blocks hold it."""

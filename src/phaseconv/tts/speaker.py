@@ -134,13 +134,28 @@ class Speaker:
 
     def prompt(self, embeddings: torch.Tensor, first: int) -> None:
         """Conditioning into the cache at first, first + 1, ...; a prompt call draws noise in pocket-tts."""
-        count, size = embeddings.shape[1], self.settings.prompt_tokens
-        self._room(first, count)
-        for start in range(0, count, size):
+        self._room(first, embeddings.shape[1])
+        self._condition(embeddings, first)
+        self.noise()
+
+    def _condition(self, embeddings: torch.Tensor, first: int) -> None:
+        size = self.settings.prompt_tokens
+        for start in range(0, embeddings.shape[1], size):
             part = embeddings[:, start : start + size]
             last = first + start + part.shape[1] - 1
             self.program.prompt(part, torch.arange(first + start, last + 1), last)
+
+    def prompt_text(self, embeddings: torch.Tensor, first: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A chunk's text into the cache at first, first + 1, ..., T - 1, as `prompt`, and its first frame
+        at first + T: the last call of the prompt (first_frame_B) runs the frame too. Returns the frame's
+        latent and EOS logit; the noise drawn as pocket-tts draws it, the prompt's, then the frame's."""
+        count = embeddings.shape[1]
+        self._room(first, count)
+        head = (count - 1) // self.settings.prompt_tokens * self.settings.prompt_tokens  # the calls before the last
+        self._condition(embeddings[:, :head], first)
         self.noise()
+        positions = torch.arange(first + head, first + count + 1)
+        return self.program.first_frame(embeddings[:, head:], positions, self.noise())
 
     def load_state(self, state: torch.Tensor) -> None:
         """A voice state [layers, 2, V, H_kv, D] into the cache at positions 0 .. V - 1."""
@@ -298,31 +313,33 @@ class Speaker:
         for chunk, frames_after_eos, split in chunks:
             report.split_chunks += split
             tokens = self.tokenizer(chunk)
+            report.reset_ms = decoder.reset()
             start = time.perf_counter()
             (embeddings,) = self.program.embed_text(tokens)
-            self.prompt(embeddings, self.voice_positions)
+            frame = self.prompt_text(embeddings, self.voice_positions)
             report.prompt_ms.append((time.perf_counter() - start) * 1e3)
-            report.reset_ms = decoder.reset()
-            self._generate(self.voice_positions + tokens.shape[1], frames_after_eos, tokens.shape[1], decoder, report)
+            first = self.voice_positions + tokens.shape[1]
+            self._generate(first, frame, frames_after_eos, tokens.shape[1], decoder, report)
             report.chunks += 1
         decoder.finish()
         report.total_ms = (time.perf_counter() - started) * 1e3
 
-    def _generate(self, first, frames_after_eos, token_count, decoder, report) -> None:
-        """pocket-tts's `_autoregressive_generation`: each latent handed to the decoder as it comes."""
+    def _generate(self, first, frame, frames_after_eos, token_count, decoder, report) -> None:
+        """pocket-tts's `_autoregressive_generation` from the first frame on (`frame`: its latent and EOS
+        logit, from the prompt's last call): each latent handed to the decoder as it comes."""
         s = self.settings
-        latent, start_flag = torch.zeros(1, 1, s.latent_dim), torch.ones(1)
+        latent, eos_logit = frame
         eos_frame = None
         for step in range(s.max_generated_frames(token_count)):
-            begin = time.perf_counter()
-            latent, eos_logit = self.program.generate(latent, start_flag, self.noise(), first + step)
-            report.lm_ms.append((time.perf_counter() - begin) * 1e3)
+            if step > 0:
+                begin = time.perf_counter()
+                latent, eos_logit = self.program.generate(latent, torch.zeros(1), self.noise(), first + step)
+                report.lm_ms.append((time.perf_counter() - begin) * 1e3)
             if float(eos_logit) > s.eos_threshold and eos_frame is None and step >= s.min_frames_before_eos:
                 eos_frame = step
             if eos_frame is not None and step >= eos_frame + frames_after_eos:
                 break
             decoder.decode(latent, first_of_chunk=step == 0)
-            start_flag = torch.zeros(1)
         report.eos_frames.append(eos_frame)
 
 

@@ -12,6 +12,9 @@ blocks of 64 positions, and the caller names the positions of each call's tokens
     Generate(flow_lm, block b, first_block a): (latent, start, noise, positions [1]) -> (latent, eos_logit)
                                                            (one frame at a position in blocks a .. b,
                                                            reading blocks 0 .. b)
+    FirstFrame(flow_lm, block b): (embeddings [1, T, D], positions [T + 1], noise) -> (latent, eos_logit)
+                                                           (a chunk's last text tokens, then its first
+                                                           frame, as Prompt then Generate from the start)
     LoadVoice: (state [L, 2, T, H, D], positions [T])      (a voice state, as pocket-tts keeps it,
                                                            into the cache)
     ReadVoice: (positions [T]) -> state [L, 2, T, H, D]    (the cache at those positions)
@@ -305,12 +308,38 @@ class Generate(nn.Module):
         # pocket-tts marks the first frame with NaN and swaps in bos_emb; here a flag does (0 or 1)
         sequence = latent * (1 - start) + self.bos_emb * start
         call = _call(positions, 1, self.transformer.layers[0].self_attn, self.block + 1, self.first_block)
-        hidden = self.out_norm(self.transformer(self.input_linear(sequence), call))
+        return self.frame(self.transformer(self.input_linear(sequence), call), noise)
+
+    def frame(self, hidden: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The transformer's output for the frame [1, 1, D] to (latent [1, 1, ldim], eos_logit [1, 1])."""
+        hidden = self.out_norm(hidden)
         if self.z_proj is not None:
             hidden = self.z_proj(hidden)
         hidden = hidden[:, -1]
         eos_logit = self.out_eos(hidden)
         return self.sample(functools.partial(self.flow_net, hidden), noise)[:, None], eos_logit
+
+
+class FirstFrame(Generate):
+    """A chunk's last text tokens and its first frame in one call: the text embeddings [1, T, D] and
+    the BOS frame after them through the transformer at `positions` [T + 1] (in cache blocks
+    0 .. `block`), then the frame's latent and EOS logit as Generate gives them. The frame is one
+    more row of the prompt's matrix products, where a call of its own reads every weight again.
+
+        frame's hidden = onehot(T) @ hidden[T + 1 rows]       (exact: the other rows times 0)
+
+    The product takes the last row: XNNPACK takes no row of a run-time count.
+    """
+
+    def forward(
+        self, embeddings: torch.Tensor, positions: torch.Tensor, noise: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        start = self.input_linear(self.bos_emb).view(1, 1, -1)
+        sequence = torch.cat([embeddings, start], dim=1)
+        steps = sequence.shape[1]
+        call = _call(positions, steps, self.transformer.layers[0].self_attn, self.block + 1)
+        last = (torch.arange(steps) == steps - 1).to(torch.float32).view(1, 1, steps)
+        return self.frame(torch.bmm(last, self.transformer(sequence, call)), noise)
 
 
 def attention_layers(flow_lm: nn.Module) -> list[CachedAttention]:
