@@ -28,7 +28,8 @@ class Program {
   double load_ms() const { return load_ms_; }
 
   // The language model's and decoder's methods loaded (once), the decoder warmed with a frame of
-  // silence: its first call's set-up is paid here, not after the text.
+  // silence and each prompt method with a call of its largest size: their first call's set-up is paid
+  // here, not after the text.
   void load_speech();
   // The voice encoder's methods, loaded for one audio voice and unloaded after it.
   void load_encoder();
@@ -43,6 +44,7 @@ class Program {
   class Arenas;
   void load(executorch::extension::Module& module, Arenas& arenas, const std::vector<std::string>& methods,
             bool weight_cache);
+  void warm_prompts();
 
   std::string path_;
   Settings settings_;

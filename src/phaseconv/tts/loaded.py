@@ -54,10 +54,12 @@ class SpeechProgram:
             raise PhaseconvError(f"{path} is not a whole text-to-speech program: it has no {', '.join(missing)}")
         self.path = path
         self._tokenizer_file = tokenizer
+        start = time.perf_counter()
         if decode_method(1) in self.program.method_names:
-            start = time.perf_counter()
             self.warm_decoder()
-            self.load_ms += (time.perf_counter() - start) * 1e3
+        if first_frame_method(self.settings.prompt_blocks[0]) in self.program.method_names:
+            self.warm_prompts()
+        self.load_ms += (time.perf_counter() - start) * 1e3
 
     @property
     def voices(self) -> list[str]:
@@ -107,6 +109,16 @@ class SpeechProgram:
         workspace, the first touch of its planned memory) paid while loading, not after the text."""
         self.decode_frames(torch.zeros(1, 1, self.settings.latent_dim))
         self.reset_decoder()
+
+    def warm_prompts(self) -> None:
+        """Each prompt method once at its largest call, then the cache cleared: the same set-up (a
+        method of a run-time token count sizes its workspace at its first call) paid while loading."""
+        s = self.settings
+        tokens, noise = torch.zeros(1, s.prompt_tokens, s.dim), torch.zeros(1, s.latent_dim)
+        for block in s.prompt_blocks:
+            self.program.run((tokens, torch.arange(s.prompt_tokens)), prompt_method(block))
+            self.program.run((tokens, torch.arange(s.prompt_tokens + 1), noise), first_frame_method(block))
+        self.clear_cache()
 
     def __getattr__(self, method: str) -> Callable:
         if method not in REQUIRED:
