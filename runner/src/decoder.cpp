@@ -30,10 +30,18 @@ Decoder::~Decoder() {
 void Decoder::start(const FrameSink* sink, DecoderReport* report, double started) {
   std::lock_guard<std::mutex> lock(mutex_);
   sink_ = sink, report_ = report, started_ = started, ended_ = false, failure_.reset();
+  first_latent_ = true;
 }
 
 void Decoder::reset() { push({Job::kReset, {}}); }
-void Decoder::decode(std::vector<float> latent) { push({Job::kLatent, std::move(latent)}); }
+
+void Decoder::decode(std::vector<float> latent) {
+  push({Job::kLatent, std::move(latent)});
+  if (!first_latent_) return;
+  first_latent_ = false;
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [this] { return jobs_.empty() && !busy_; });
+}
 
 void Decoder::end() {
   {

@@ -40,6 +40,8 @@ class Decoder {
   // An utterance begins: its frames go to `sink`, its times to `report`, measured from `started`.
   void start(const FrameSink* sink, DecoderReport* report, double started);
   void reset();
+  // A latent to decode; the utterance's first returns once its audio is out: on one core the language
+  // model's next frame would share it with the decoder and delay the first audio.
   void decode(std::vector<float> latent);
   // No more frames wanted (the sink refused one, stop() was called, or decoding failed).
   bool ended() const { return ended_; }
@@ -70,6 +72,7 @@ class Decoder {
   std::condition_variable wake_, done_;
   std::deque<Job> jobs_;
   bool stopping_ = false, busy_ = false;
+  bool first_latent_ = false;  // the caller's: no latent of this utterance decoded yet
   std::thread thread_;  // last: it starts once the members above are ready
 };
 

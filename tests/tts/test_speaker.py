@@ -113,6 +113,21 @@ def test_decoder_in_a_second_process_gives_the_same_audio_utterance_after_uttera
         decoder.close()
 
 
+def test_the_utterances_first_latent_in_a_second_process_returns_with_its_audio(files):
+    """On one core the next frame would share the core with the decoder's first call: that call's audio
+    is out before decode returns; later latents are not waited for."""
+    latent = torch.zeros(1, 1, SpeechProgram(files[0]).settings.latent_dim)
+    decoder, delivered = DecoderProcess(files[0]), []
+    try:
+        decoder.start(lambda pcm, *_: delivered.append(pcm))
+        decoder.reset()
+        decoder.decode(latent, first_of_chunk=True)
+        assert len(delivered) == 1
+        decoder.finish()
+    finally:
+        decoder.close()
+
+
 def test_several_frames_a_call_decode_as_many_calls_of_one_and_leave_their_state(files):
     from phaseconv.tts.contract import decode_method
 

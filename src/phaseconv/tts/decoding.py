@@ -118,7 +118,7 @@ class DecoderProcess:
 
     def start(self, deliver: Callable[[torch.Tensor, bool, float, bool], None]) -> None:
         """Each frame decoded from here on goes to `deliver` (an utterance begins: its audio's clock too)."""
-        self.deliver = deliver
+        self.deliver, self.first_latent = deliver, True
         self.connection.send(("start", None, False))
 
     def _collect(self, wait: bool) -> None:
@@ -133,9 +133,12 @@ class DecoderProcess:
         return 0.0  # done by the other process, between two frames it decodes
 
     def decode(self, latent: torch.Tensor, first_of_chunk: bool) -> None:
+        """The utterance's first latent returns once its audio is out: on one core the next frame would
+        share it with the decoder and delay the first audio."""
         self.connection.send(("decode", latent.numpy(), first_of_chunk))
         self.pending += 1
-        self._collect(wait=False)
+        self._collect(wait=self.first_latent)
+        self.first_latent = False
 
     def finish(self) -> None:
         """Wait until every frame sent is delivered."""
